@@ -1,0 +1,97 @@
+"""Per-trial figures from request timings, defined as ``vllm bench serve`` defines them.
+
+TTFT: first streamed chunk minus send time. ITL: gaps between chunks (pooled over requests).
+TPOT: (latency - TTFT) / (output tokens - 1) per request. E2EL: last chunk minus send time.
+Goodput: requests per second that met every SLO. Times are reported in milliseconds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from autotune.bench._timing import RequestTiming
+
+__all__ = ["PERCENTILES", "TrialFigures", "summarize"]
+
+PERCENTILES = (50, 75, 90, 95, 99)
+_METRICS = ("ttft", "tpot", "itl", "e2el")
+
+
+@dataclass(frozen=True)
+class TrialFigures:
+    completed: int
+    failed: int
+    duration_s: float
+    request_throughput: float  # completed requests / s
+    output_throughput: float  # output tokens / s
+    total_output_tokens: int
+    percentiles_ms: Mapping[str, float]  # e.g. {"ttft_p90": 123.4, "tpot_p50": ...}
+    mean_ms: Mapping[str, float]
+    goodput: float | None  # requests / s meeting every SLO (None without SLOs)
+    lag_p99_ms: float  # how late requests left versus plan
+
+    def metric(self, name: str) -> float:
+        """Any figure by name: ``ttft_p90``, ``tpot_mean``, ``output_throughput``, ``goodput``..."""
+        if name in self.percentiles_ms:
+            return float(self.percentiles_ms[name])
+        if name.endswith("_mean") and name[:-5] in self.mean_ms:
+            return float(self.mean_ms[name[:-5]])
+        value = asdict(self).get(name)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+        raise KeyError(name)
+
+    def as_dict(self) -> dict[str, object]:
+        d = asdict(self)
+        d["percentiles_ms"] = dict(self.percentiles_ms)
+        d["mean_ms"] = dict(self.mean_ms)
+        return d
+
+
+def _pct(values: Sequence[float], q: float) -> float:
+    return float(np.percentile(np.asarray(values) * 1000.0, q)) if values else float("nan")
+
+
+def meets_slos(t: RequestTiming, slos_ms: Mapping[str, float]) -> bool:
+    """SLO keys: ttft, tpot, e2el (milliseconds), as ``--goodput ttft:MS tpot:MS e2el:MS``."""
+    if not t.ok:
+        return False
+    values = {"ttft": t.ttft, "tpot": t.tpot if t.tpot is not None else 0.0, "e2el": t.latency}
+    return all((values[k] or 0.0) * 1000.0 <= limit for k, limit in slos_ms.items())
+
+
+def summarize(
+    timings: Sequence[RequestTiming], duration_s: float, *, slos_ms: Mapping[str, float] | None = None
+) -> TrialFigures:
+    ok = [t for t in timings if t.ok]
+    series: dict[str, list[float]] = {
+        "ttft": [t.ttft for t in ok if t.ttft is not None],
+        "tpot": [v for t in ok if (v := t.tpot) is not None],
+        "itl": [g for t in ok for g in t.itl],
+        "e2el": [t.latency for t in ok if t.latency is not None],
+    }
+    pct = {f"{m}_p{q}": _pct(series[m], q) for m in _METRICS for q in PERCENTILES}
+    mean = {m: float(np.mean(series[m]) * 1000.0) if series[m] else float("nan") for m in _METRICS}
+    out_tokens = sum(t.output_tokens for t in ok)
+    good = None
+    if slos_ms:
+        good = sum(meets_slos(t, slos_ms) for t in timings) / duration_s
+    lags = [max(t.lag, 0.0) for t in timings]
+    return TrialFigures(
+        completed=len(ok),
+        failed=len(timings) - len(ok),
+        duration_s=duration_s,
+        request_throughput=len(ok) / duration_s,
+        output_throughput=out_tokens / duration_s,
+        total_output_tokens=out_tokens,
+        percentiles_ms=pct,
+        mean_ms=mean,
+        goodput=good,
+        lag_p99_ms=_pct(lags, 99) if lags else 0.0,
+    )
+
+
+__all__ += ["meets_slos"]

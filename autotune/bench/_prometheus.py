@@ -1,0 +1,107 @@
+"""vLLM's ``/metrics``: scrape, and the change over a run (prefix-cache hits, offload, preemptions)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+__all__ = ["MetricsDelta", "MetricsSnapshot", "parse_metrics", "scrape_metrics"]
+
+
+@dataclass(frozen=True)
+class MetricsSnapshot:
+    """Sample values summed over label sets, keyed by sample name; ``by_source`` for cached tokens."""
+
+    values: Mapping[str, float]
+    cached_by_source: Mapping[str, float]
+
+    def get(self, name: str) -> float:
+        return float(self.values.get(name, 0.0))
+
+
+def parse_metrics(text: str) -> MetricsSnapshot:
+    values: dict[str, float] = defaultdict(float)
+    by_source: dict[str, float] = defaultdict(float)
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if not s.name.startswith("vllm:") or s.name.endswith("_created"):
+                continue
+            if "le" in s.labels or "quantile" in s.labels:
+                continue  # histogram buckets: only _sum and _count are kept
+            values[s.name] += s.value
+            if s.name == "vllm:prompt_tokens_cached_by_source_total":
+                by_source[s.labels.get("source", "")] += s.value
+    return MetricsSnapshot(values=dict(values), cached_by_source=dict(by_source))
+
+
+async def scrape_metrics(client: httpx.AsyncClient, base_url: str) -> MetricsSnapshot | None:
+    try:
+        resp = await client.get(base_url + "/metrics", timeout=10.0)
+    except httpx.HTTPError:
+        return None
+    if resp.status_code != 200:
+        return None
+    return parse_metrics(resp.text)
+
+
+@dataclass(frozen=True)
+class MetricsDelta:
+    """What vLLM counted during the measured run (after minus before)."""
+
+    prefix_cache_queries: float
+    prefix_cache_hits: float
+    external_prefix_cache_queries: float
+    external_prefix_cache_hits: float
+    host_cached_tokens: float  # prompt tokens served from the CPU offload pool
+    device_cached_tokens: float
+    prompt_tokens: float
+    preemptions: float
+    offload_load_bytes: float
+    offload_store_bytes: float
+    server_ttft_mean_ms: float | None
+    kv_cache_usage_end: float | None
+
+    @property
+    def prefix_hit_rate(self) -> float | None:
+        """GPU (device) prefix-cache hit rate: hit tokens / queried tokens."""
+        return self.prefix_cache_hits / self.prefix_cache_queries if self.prefix_cache_queries else None
+
+    @property
+    def host_hit_rate(self) -> float | None:
+        """Share of prompt tokens served from the CPU (host) offload pool."""
+        return self.host_cached_tokens / self.prompt_tokens if self.prompt_tokens else None
+
+    def as_dict(self) -> dict[str, float | None]:
+        d = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        d["prefix_hit_rate"] = self.prefix_hit_rate
+        d["host_hit_rate"] = self.host_hit_rate
+        return d
+
+    @staticmethod
+    def between(before: MetricsSnapshot, after: MetricsSnapshot) -> MetricsDelta:
+        def d(name: str) -> float:
+            return after.get(name) - before.get(name)
+
+        ttft_n = d("vllm:time_to_first_token_seconds_count")
+        ttft_sum = d("vllm:time_to_first_token_seconds_sum")
+        usage = after.values.get("vllm:kv_cache_usage_perc")
+        return MetricsDelta(
+            prefix_cache_queries=d("vllm:prefix_cache_queries_total"),
+            prefix_cache_hits=d("vllm:prefix_cache_hits_total"),
+            external_prefix_cache_queries=d("vllm:external_prefix_cache_queries_total"),
+            external_prefix_cache_hits=d("vllm:external_prefix_cache_hits_total"),
+            host_cached_tokens=after.cached_by_source.get("host", 0.0)
+            - before.cached_by_source.get("host", 0.0),
+            device_cached_tokens=after.cached_by_source.get("device", 0.0)
+            - before.cached_by_source.get("device", 0.0),
+            prompt_tokens=d("vllm:prompt_tokens_total"),
+            preemptions=d("vllm:num_preemptions_total"),
+            offload_load_bytes=d("vllm:kv_offload_load_bytes_total"),
+            offload_store_bytes=d("vllm:kv_offload_store_bytes_total"),
+            server_ttft_mean_ms=(ttft_sum / ttft_n * 1000.0) if ttft_n else None,
+            kv_cache_usage_end=float(usage) if usage is not None else None,
+        )

@@ -1,0 +1,121 @@
+"""The ``autotune`` command line. Thin: parse, call, print.
+
+This is the one place that turns an :class:`AutotuneError` into a one-line message and an
+exit code; tracebacks only with ``--verbose``.
+"""
+
+from __future__ import annotations
+
+import logging
+import shlex
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+
+from autotune.errors import AutotuneError
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(
+    name="autotune",
+    help="Tune a vLLM server on your own workload: Optuna proposes a configuration, real vLLM runs it, "
+    "your traffic is replayed and measured, and the best configuration that fits is exported.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+console = Console(stderr=True, highlight=False)
+out = Console(highlight=False)
+_state: dict[str, bool] = {"verbose": False}
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def _setup_logging(verbose: bool) -> None:
+    _state["verbose"] = verbose
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    for noisy in ("httpx", "httpcore", "optuna"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+@app.callback()
+def _main(
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Debug logging and full tracebacks.")
+    ] = False,
+) -> None:
+    _setup_logging(verbose)
+
+
+def default_space_path(build: str) -> Path:
+    name = "cpu.yaml" if build == "cpu" else "cuda.yaml"
+    for base in (Path.cwd(), REPO_ROOT):
+        candidate = base / "search_spaces" / name
+        if candidate.exists():
+            return candidate
+    return Path("search_spaces") / name
+
+
+def _register_subcommands() -> None:
+    from autotune import _cli_run
+    from autotune.workload.cli import app as workload_app
+
+    app.command("run")(_cli_run.run)
+    app.command("export")(_cli_run.export)
+    app.command("show")(_cli_run.show)
+    app.command("tiny-model")(_cli_run.tiny_model)
+    app.add_typer(
+        workload_app, name="workload", help="Synthesize, import, inspect and validate workload files."
+    )
+    try:
+        from autotune import _cli_doctor
+
+        app.command("doctor")(_cli_doctor.doctor)
+    except ImportError:  # pragma: no cover - the memory package is optional during development
+        pass
+
+
+def main(argv: Optional[list[str]] = None) -> None:  # noqa: UP045 - typer
+    from autotune.engine import install_signal_handlers, stop_all
+
+    _register_subcommands()
+    install_signal_handlers()
+    try:
+        app(args=argv, standalone_mode=False)
+    except AutotuneError as exc:
+        stop_all()
+        if _state["verbose"]:
+            console.print_exception()
+        console.print(f"[red]error:[/red] {exc}", soft_wrap=True)
+        raise SystemExit(exc.exit_code) from None
+    except KeyboardInterrupt:
+        stop_all()
+        console.print("[yellow]interrupted: every vLLM process was stopped[/yellow]")
+        raise SystemExit(130) from None
+    except typer.Exit as exc:
+        raise SystemExit(exc.exit_code) from None
+    except typer.Abort:
+        stop_all()
+        raise SystemExit(130) from None
+    except Exception as exc:
+        import click
+
+        if isinstance(exc, click.exceptions.ClickException):
+            exc.show()
+            raise SystemExit(exc.exit_code) from None
+        stop_all()
+        raise
+
+
+def echo_command(argv: list[str]) -> str:
+    return " ".join(shlex.quote(a) for a in argv)
+
+
+__all__ += ["console", "default_space_path", "out"]

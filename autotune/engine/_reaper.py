@@ -1,0 +1,61 @@
+"""No vLLM process outlives the tool: every live engine is stopped at exit and on signals."""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import logging
+import signal
+import threading
+from types import FrameType
+from typing import Protocol
+
+__all__ = ["install_signal_handlers", "live_count", "register", "stop_all", "unregister"]
+
+log = logging.getLogger(__name__)
+
+
+class _Stoppable(Protocol):
+    def stop(self) -> None: ...
+
+
+_live: dict[int, _Stoppable] = {}
+_lock = threading.Lock()
+
+
+def register(engine: _Stoppable) -> None:
+    with _lock:
+        _live[id(engine)] = engine
+
+
+def unregister(engine: _Stoppable) -> None:
+    with _lock:
+        _live.pop(id(engine), None)
+
+
+def live_count() -> int:
+    with _lock:
+        return len(_live)
+
+
+def stop_all() -> None:
+    with _lock:
+        engines = list(_live.values())
+    for engine in engines:
+        with contextlib.suppress(Exception):
+            engine.stop()
+
+
+atexit.register(stop_all)
+
+
+def _on_terminate(signum: int, frame: FrameType | None) -> None:
+    log.warning("received signal %s: stopping engines", signal.Signals(signum).name)
+    stop_all()
+    raise KeyboardInterrupt
+
+
+def install_signal_handlers() -> None:
+    """SIGTERM and SIGHUP stop the engines and unwind like Ctrl-C (main thread only)."""
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _on_terminate)

@@ -1,0 +1,92 @@
+"""The one error tree of vllm-autotune.
+
+::
+
+    AutotuneError                  anything the tool reports as a short message and a non-zero exit
+    ├── ConfigError                a user-written file or option is invalid (search space, SLO, flag)
+    │   └── SearchSpaceError       a search-space YAML is invalid
+    ├── WorkloadError              a workload file is invalid (names file, line and field)
+    ├── EngineError                the inference engine could not be used
+    │   ├── EngineStartError       vLLM exited or timed out before it was healthy (has a failure class)
+    │   ├── EngineCrashed          vLLM died after it was healthy (mid-run)
+    │   └── EngineArgsError        the rendered command is rejected by vLLM's own argument parser
+    ├── BenchError                 a replay could not be carried out (not a failed request: those are data)
+    ├── StorageError               the study storage could not be opened or used
+    └── ExportError                no trial to export, or the export could not be written
+
+Expected trial outcomes (out of memory, a bad flag combination, a start-up timeout) are
+converted into data by the study loop: the trial is recorded as failed or infeasible with
+its reason. Programming errors are not caught.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AutotuneError",
+    "BenchError",
+    "ConfigError",
+    "EngineArgsError",
+    "EngineCrashed",
+    "EngineError",
+    "EngineStartError",
+    "ExportError",
+    "SearchSpaceError",
+    "StorageError",
+    "WorkloadError",
+]
+
+
+class AutotuneError(Exception):
+    """Base of every error the CLI turns into a one-line message and a non-zero exit."""
+
+    exit_code: int = 1
+
+
+class ConfigError(AutotuneError):
+    exit_code = 2
+
+
+class SearchSpaceError(ConfigError):
+    pass
+
+
+class WorkloadError(AutotuneError):
+    exit_code = 2
+
+
+class EngineError(AutotuneError):
+    pass
+
+
+class EngineStartError(EngineError):
+    """vLLM did not become healthy. ``failure`` is a short class name, ``log_tail`` the last lines."""
+
+    def __init__(self, message: str, *, failure: str = "crash", log_tail: str = "", log_path: str = ""):
+        super().__init__(message)
+        self.failure = failure
+        self.log_tail = log_tail
+        self.log_path = log_path
+
+
+class EngineCrashed(EngineError):
+    def __init__(self, message: str, *, failure: str = "crash", log_tail: str = "", log_path: str = ""):
+        super().__init__(message)
+        self.failure = failure
+        self.log_tail = log_tail
+        self.log_path = log_path
+
+
+class EngineArgsError(EngineError):
+    exit_code = 2
+
+
+class BenchError(AutotuneError):
+    pass
+
+
+class StorageError(AutotuneError):
+    pass
+
+
+class ExportError(AutotuneError):
+    pass

@@ -1,0 +1,111 @@
+"""The best trial as a YAML file that ``vllm serve --config`` accepts, and as a command line."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from autotune.errors import ExportError
+
+__all__ = ["ExportedConfig", "args_to_config", "build_export", "write_export"]
+
+# Set by autotune for each trial, meaningless in deployment.
+_DROP = {"--host", "--port"}
+
+
+def _typed(value: str) -> Any:
+    """Keep a flag value's type in YAML: ints and floats as numbers, JSON objects as mappings."""
+    if value.startswith("{"):
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError:
+            return value
+    for cast in (int, float):
+        try:
+            return cast(value)
+        except ValueError:
+            continue
+    return value
+
+
+def args_to_config(argv: Sequence[str]) -> dict[str, Any]:
+    """``["--block-size", "32", "--no-enable-prefix-caching"]`` -> ``{"block-size": 32,
+    "no-enable-prefix-caching": True}``. A ``--no-x`` flag is written as ``no-x: true``: older
+    ``vllm serve --config`` silently drop ``x: false``."""
+    out: dict[str, Any] = {}
+    i = 0
+    while i < len(argv):
+        tok = argv[i]
+        if not tok.startswith("--"):
+            raise ExportError(f"cannot export argument {tok!r}: expected a --flag")
+        name, eq, inline = tok.partition("=")
+        if eq:
+            value: str | None = inline
+            i += 1
+        elif i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+            value = argv[i + 1]
+            i += 2
+        else:
+            value = None
+            i += 1
+        if name in _DROP:
+            continue
+        key = name[2:]
+        out[key] = True if value is None else _typed(value)
+    return out
+
+
+@dataclass(frozen=True)
+class ExportedConfig:
+    config: Mapping[str, Any]  # YAML keys -> values
+    command: str  # the equivalent `vllm serve` command line
+    env: Mapping[str, str]  # environment the config needs (names and values, never secrets)
+    header: str  # comment block: study, trial, figures
+
+
+def build_export(
+    *,
+    model: str,
+    fixed_argv: Sequence[str],
+    tuned_argv: Sequence[str],
+    env: Mapping[str, str],
+    header_lines: Sequence[str],
+) -> ExportedConfig:
+    config: dict[str, Any] = {"model": model}
+    config.update(args_to_config(list(fixed_argv)))
+    tuned = args_to_config(list(tuned_argv))
+    for key in tuned:  # a tuned --x replaces a fixed --x or --no-x
+        stem = key[3:] if key.startswith("no-") else key
+        config.pop(stem, None)
+        config.pop("no-" + stem, None)
+    config.update(tuned)
+    flags = " ".join(shlex.quote(a) for a in [*fixed_argv, *tuned_argv])
+    env_prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+    command = f"{env_prefix + ' ' if env_prefix else ''}vllm serve {shlex.quote(model)} {flags}".strip()
+    header = "\n".join(f"# {line}" if line else "#" for line in header_lines)
+    return ExportedConfig(config=config, command=command, env=dict(env), header=header)
+
+
+def write_export(exported: ExportedConfig, path: Path) -> None:
+    """Write atomically: a failed export never leaves a half-written file."""
+    path = Path(path)
+    body = yaml.safe_dump(dict(exported.config), sort_keys=False, default_flow_style=False)
+    text = exported.header + "\n" + body
+    if exported.env:
+        text += "# environment: " + " ".join(f"{k}={v}" for k, v in exported.env.items()) + "\n"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise ExportError(f"{path}: cannot write the exported config: {exc.strerror}") from exc

@@ -1,0 +1,83 @@
+"""Read a search-space YAML file into a validated :class:`SearchSpace`.
+
+Every error is one line naming the file, the line and key path, the bad value and the fix.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from autotune.errors import SearchSpaceError
+from autotune.space._model import SearchSpace
+
+__all__ = ["load_search_space"]
+
+
+def _line_of(node: yaml.Node | None, path: tuple[Any, ...]) -> int | None:
+    """1-based line of the YAML node at ``path`` (or of its nearest existing parent)."""
+    line = node.start_mark.line + 1 if node is not None else None
+    for key in path:
+        if isinstance(node, yaml.MappingNode):
+            nxt = next((v for k, v in node.value if getattr(k, "value", None) == str(key)), None)
+        elif isinstance(node, yaml.SequenceNode) and isinstance(key, int) and key < len(node.value):
+            nxt = node.value[key]
+        else:
+            nxt = None
+        if nxt is None:
+            break
+        node = nxt
+        line = node.start_mark.line + 1
+    return line
+
+
+def _fix_for(err_type: str, key: str) -> str:
+    if err_type == "extra_forbidden":
+        return "remove it or fix its spelling"
+    if err_type == "missing":
+        return f"add '{key}'"
+    if err_type.endswith("_type") or err_type.endswith("_parsing"):
+        return "use a value of the expected type"
+    if err_type == "literal_error":
+        return "use one of the allowed values"
+    return "see search_spaces/README.md for the format"
+
+
+def load_search_space(path: Path) -> SearchSpace:
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise SearchSpaceError(f"{path}: cannot read search space: {exc.strerror}") from exc
+    try:
+        root = yaml.compose(text)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f":{mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise SearchSpaceError(f"{path}{where}: invalid YAML: {problem} (fix the syntax there)") from exc
+    if not isinstance(data, dict):
+        raise SearchSpaceError(
+            f"{path}: a search space is a mapping with 'name', 'platform' and 'parameters', "
+            f"got {type(data).__name__}"
+        )
+    try:
+        return SearchSpace.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = tuple(err["loc"])
+        key = ".".join(str(p) for p in loc) or "(top level)"
+        line = _line_of(root, loc)
+        where = f":{line}" if line is not None else ""
+        msg = err["msg"].removeprefix("Value error, ")
+        shown = "" if err["type"] in ("missing", "value_error") else f", got {err.get('input')!r}"
+        fix = (
+            ""
+            if err["type"] == "value_error"
+            else f" ({_fix_for(err['type'], str(loc[-1]) if loc else key)})"
+        )
+        raise SearchSpaceError(f"{path}{where}: {key}: {msg}{shown}{fix}") from exc

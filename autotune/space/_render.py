@@ -1,0 +1,65 @@
+"""Turn chosen parameter values into what vLLM reads: flags, environment, JSON fields."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from autotune.space._model import Parameter, SearchSpace
+
+__all__ = ["RenderedConfig", "render_values"]
+
+
+@dataclass(frozen=True)
+class RenderedConfig:
+    """vLLM arguments for one trial (without the model and the fixed engine args)."""
+
+    args: tuple[str, ...]
+    env: Mapping[str, str] = field(default_factory=dict)
+
+    def flag_names(self) -> set[str]:
+        return {a.split("=", 1)[0] for a in self.args if a.startswith("--")}
+
+
+def _fmt(p: Parameter, value: Any) -> str:
+    if p.format is not None:
+        return p.format.format(value)
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)
+
+
+def _json_value(p: Parameter, value: Any) -> Any:
+    return _fmt(p, value) if p.format is not None else value
+
+
+def render_values(space: SearchSpace, values: Mapping[str, Any]) -> RenderedConfig:
+    """Render ``values`` (tunable parameter name -> value; inactive ones absent) for vLLM."""
+    args: list[str] = []
+    env: dict[str, str] = {}
+    json_flags: dict[str, dict[str, Any]] = {}
+    for name, p in space.tunable.items():
+        if name not in values:
+            continue
+        value = values[name]
+        if p.off_value is not None and value == p.off_value:
+            continue
+        if p.env is not None:
+            env[p.env] = _fmt(p, value)
+        elif p.json_flag is not None and p.json_path is not None:
+            obj = json_flags.setdefault(p.json_flag, json.loads(json.dumps(p.json_base or {})))
+            *parents, leaf = p.json_path.split(".")
+            cur = obj
+            for part in parents:
+                cur = cur.setdefault(part, {})
+            cur[leaf] = _json_value(p, value)
+        elif p.flag is not None:
+            if p.type == "bool":
+                args.append(p.flag if value else "--no-" + p.flag[2:])
+            else:
+                args.extend([p.flag, _fmt(p, value)])
+    for flag, obj in json_flags.items():
+        args.extend([flag, json.dumps(obj, sort_keys=True)])
+    return RenderedConfig(args=tuple(args), env=env)

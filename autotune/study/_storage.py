@@ -1,0 +1,60 @@
+"""Where studies live: a SQLite file by default, any SQLAlchemy URL (PostgreSQL for many workers)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import optuna
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, SQLAlchemyError
+
+from autotune.errors import StorageError
+
+__all__ = ["STORAGE_ENV", "open_storage", "redact_url", "resolve_storage_url"]
+
+# The full URL (with its password) may come from this variable, so it never appears in argv.
+STORAGE_ENV = "AUTOTUNE_STORAGE"
+
+
+def redact_url(url: str) -> str:
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return "<unparseable storage URL>"
+
+
+def resolve_storage_url(storage: str | None, study_name: str, studies_dir: Path) -> str:
+    """``--storage`` if given (must not carry a password), else $AUTOTUNE_STORAGE, else SQLite."""
+    if storage:
+        try:
+            url = make_url(storage)
+        except ArgumentError as exc:
+            raise StorageError(
+                f"--storage: {storage!r} is not a SQLAlchemy URL (fix: e.g. sqlite:///studies/x.db or "
+                "postgresql+psycopg://user@host/db)"
+            ) from exc
+        if url.password:
+            raise StorageError(
+                f"--storage: {redact_url(storage)} carries a password, which other users could read in argv "
+                f"(fix: drop it from the URL and set PGPASSWORD, or put the whole URL in ${STORAGE_ENV})"
+            )
+        return storage
+    env_url = os.environ.get(STORAGE_ENV)
+    if env_url:
+        return env_url
+    studies_dir.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{(studies_dir / f'{study_name}.db').resolve()}"
+
+
+def open_storage(url: str) -> optuna.storages.RDBStorage:
+    kwargs: dict[str, object] = {}
+    if url.startswith("sqlite"):
+        kwargs = {"connect_args": {"timeout": 60}}
+    else:
+        kwargs = {"pool_pre_ping": True}
+    try:
+        return optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
+    except (SQLAlchemyError, ImportError, ValueError) as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise StorageError(f"storage {redact_url(url)}: cannot open: {reason}") from exc
