@@ -123,12 +123,15 @@ def run(
         Optional[str],
         typer.Option(help="Name of an environment variable holding the API key vLLM should require."),
     ] = None,
+    check_args: Annotated[
+        bool, typer.Option(help="Check each command with the installed vLLM's own parser before launching it.")
+    ] = True,
     skip_bad_lines: Annotated[
         bool, typer.Option(help="Skip invalid workload lines (reported) instead of failing.")
     ] = False,
 ) -> None:
     """Tune vLLM on a workload: baseline (vLLM defaults) first, then Optuna's proposals; export the best."""
-    from autotune.engine import LaunchSpec, default_launcher, installed_build, parse_engine_args
+    from autotune.engine import LaunchSpec, VllmArgChecker, default_launcher, installed_build, parse_engine_args
     from autotune.export import export_best
     from autotune.space import load_search_space
     from autotune.study import (
@@ -185,6 +188,7 @@ def run(
         f"space {space_path} | workload {workload} ({len(wl)} requests, {arrival.describe()}) | "
         f"objective {obj.direction} {obj.metric}"
     )
+    checker = VllmArgChecker() if check_args and build != "missing" else None
     evaluator = VllmEvaluator(
         spec=launch,
         workload=wl,
@@ -193,6 +197,7 @@ def run(
         warmup_requests=warmup,
         history=history,  # type: ignore[arg-type]
         slos_ms=obj.request_slos,
+        arg_checker=checker,
     )
     done = {"n": 0}
 
@@ -206,16 +211,20 @@ def run(
         done["n"] += 1
         console.print(_trial_line(rep, obj.metric))
 
-    run_study(
-        study=st,
-        space=sp,
-        evaluator=evaluator,
-        objective=obj,
-        n_trials=n_trials,
-        timeout_s=timeout,
-        on_trial_start=on_start,
-        on_trial_done=on_done,
-    )
+    try:
+        run_study(
+            study=st,
+            space=sp,
+            evaluator=evaluator,
+            objective=obj,
+            n_trials=n_trials,
+            timeout_s=timeout,
+            on_trial_start=on_start,
+            on_trial_done=on_done,
+        )
+    finally:
+        if checker is not None:
+            checker.close()
     _print_table(st, obj.metric)
     target = out_path or sdir / "best.yaml"
     fixed_argv = [tok for name_, value in fixed for tok in ([name_] if value is None else [name_, value])]
@@ -247,9 +256,7 @@ def _log_to_file(path: Path) -> None:
     handler = logging.FileHandler(path)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     handler.setLevel(logging.INFO)
-    root = logging.getLogger("autotune")
-    root.setLevel(logging.INFO if root.level in (logging.NOTSET, logging.WARNING) else root.level)
-    root.addHandler(handler)
+    logging.getLogger().addHandler(handler)
 
 
 def _trial_line(rep: TrialReport, metric: str) -> str:

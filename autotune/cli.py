@@ -27,8 +27,10 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
-console = Console(stderr=True, highlight=False)
-out = Console(highlight=False)
+# Piped output (nightly jobs, CI logs) gets wide lines instead of rich's 80-column default.
+_WIDTH = None if sys.stderr.isatty() else 160
+console = Console(stderr=True, highlight=False, width=_WIDTH)
+out = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
 _state: dict[str, bool] = {"verbose": False}
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -36,11 +38,12 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 def _setup_logging(verbose: bool) -> None:
     _state["verbose"] = verbose
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.WARNING,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    root = logging.getLogger()
+    root.setLevel(logging.DEBUG if verbose else logging.INFO)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setLevel(logging.DEBUG if verbose else logging.WARNING)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root.handlers[:] = [handler]
     for noisy in ("httpx", "httpcore", "optuna"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 

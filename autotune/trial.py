@@ -26,7 +26,7 @@ from autotune.bench import (
     warm_up,
 )
 from autotune.bench._replay import History
-from autotune.engine import EngineProcess, LaunchSpec
+from autotune.engine import EngineProcess, LaunchSpec, VllmArgChecker
 from autotune.errors import EngineCrashed, EngineStartError
 from autotune.outcome import TrialOutcome, TrialStatus
 from autotune.space import RenderedConfig
@@ -49,10 +49,22 @@ class VllmEvaluator:
     history: History = "recorded"
     slos_ms: Mapping[str, float] = field(default_factory=dict)
     request_timeout_s: float = 600.0
+    arg_checker: VllmArgChecker | None = None  # vLLM's own parser, to reject bad flags before launch
 
     def __call__(self, number: int, rendered: RenderedConfig) -> TrialOutcome:
         engine = EngineProcess(self.spec, rendered, self.log_dir / f"trial-{number:04d}.log")
         command = tuple(engine.argv)
+        if self.arg_checker is not None:
+            check = self.arg_checker.check(engine.argv[len(self.spec.launcher) :])
+            if not check.ok:
+                log.info("trial %d: vLLM's parser rejects the command: %s", number, check.error)
+                return TrialOutcome(
+                    status=TrialStatus.INFEASIBLE,
+                    command=command,
+                    failure="bad_flag",
+                    reason=f"rejected by vLLM {self.arg_checker.version}'s argument parser before launch: "
+                    f"{check.error}",
+                )
         t_start = time.monotonic()
         teardown = 0.0
         try:

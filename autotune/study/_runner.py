@@ -71,10 +71,6 @@ def _suggest(trial: optuna.Trial, name: str, p: Parameter) -> Any:
     return trial.suggest_float(name, p.low, p.high, step=p.step, log=p.log)
 
 
-def _constraints_func(frozen: optuna.trial.FrozenTrial) -> list[float]:
-    return list(frozen.user_attrs.get("constraints", [1.0]))
-
-
 def _baseline_throughput(study: optuna.Study) -> float | None:
     for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
         if t.user_attrs.get(BASELINE_ATTR) and t.user_attrs.get("status") == TrialStatus.OK.value:
@@ -96,9 +92,7 @@ def best_feasible(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
 
 def load_or_create(storage_url: str, study_name: str, objective: Objective, seed: int | None) -> optuna.Study:
     storage = open_storage(storage_url)
-    sampler = optuna.samplers.TPESampler(
-        seed=seed, constraints_func=_constraints_func, n_startup_trials=4, multivariate=True
-    )
+    sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=4, multivariate=True)
     try:
         study = optuna.create_study(
             storage=storage,
@@ -154,6 +148,8 @@ def run_study(
         constraints = objective.constraints(record["figures"], baseline_tput, feasible=feasible)
         trial.set_user_attr("constraints", constraints)
         trial.set_user_attr("constraint_names", objective.constraint_names())
+        for cname, cvalue in zip(objective.constraint_names(), constraints, strict=True):
+            trial.set_constraint(cname, cvalue)  # the sampler learns the infeasible region from these
         value = objective.penalty()
         if outcome.figures is not None:
             measured = outcome.figures.metric(objective.metric)

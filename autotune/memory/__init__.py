@@ -1,0 +1,89 @@
+"""Memory: what a configuration needs, what the machine has, and what a run really used.
+
+``ModelShape`` (from ``config.json``) -> ``estimate_memory`` (vLLM's accounting, before a
+launch) -> ``check_feasibility`` (against ``read_machine_facts``) -> ``MemorySampler`` (peaks
+during a run) -> ``memory_constraint_violations``. ``doctor_report`` shows it all at once.
+"""
+
+from __future__ import annotations
+
+from autotune.memory._doctor import HYPOTHETICAL_GPUS, VllmInfo, doctor_report, installed_vllm_info
+from autotune.memory._estimate import (
+    CPU_RUNTIME_RESERVE_BYTES,
+    CUDA_GRAPH_RESERVE_BYTES,
+    NON_TORCH_RESERVE_BYTES,
+    PROFILED_KV_TOLERANCE_BYTES,
+    GiB,
+    MemoryEstimate,
+    activation_reserve_bytes,
+    cpu_kv_tokens,
+    estimate_memory,
+    host_offload_bytes,
+    weight_bytes,
+)
+from autotune.memory._feasibility import (
+    CUDA_CONTEXT_BYTES,
+    DEFAULT_HOST_SHARE,
+    FeasibilityInput,
+    FeasibilityVerdict,
+    check_feasibility,
+    clamp_offload_range,
+)
+from autotune.memory._machine import (
+    DiskSpace,
+    GpuMemory,
+    GpuReading,
+    MachineFacts,
+    MachineProbe,
+    SwapReading,
+    SystemProbe,
+    read_machine_facts,
+)
+from autotune.memory._sampler import (
+    GPU_FULL_MARGIN_BYTES,
+    HOST_FULL_SHARE,
+    MemoryPeak,
+    MemorySampler,
+    memory_constraint_violations,
+)
+from autotune.memory._shape import ModelShape, dtype_bytes, kv_dtype_bytes
+
+__all__ = [
+    "CPU_RUNTIME_RESERVE_BYTES",
+    "CUDA_CONTEXT_BYTES",
+    "CUDA_GRAPH_RESERVE_BYTES",
+    "DEFAULT_HOST_SHARE",
+    "GPU_FULL_MARGIN_BYTES",
+    "HOST_FULL_SHARE",
+    "HYPOTHETICAL_GPUS",
+    "NON_TORCH_RESERVE_BYTES",
+    "PROFILED_KV_TOLERANCE_BYTES",
+    "DiskSpace",
+    "FeasibilityInput",
+    "FeasibilityVerdict",
+    "GiB",
+    "GpuMemory",
+    "GpuReading",
+    "MachineFacts",
+    "MachineProbe",
+    "MemoryEstimate",
+    "MemoryPeak",
+    "MemorySampler",
+    "ModelShape",
+    "SwapReading",
+    "SystemProbe",
+    "VllmInfo",
+    "activation_reserve_bytes",
+    "check_feasibility",
+    "clamp_offload_range",
+    "cpu_kv_tokens",
+    "doctor_report",
+    "dtype_bytes",
+    "estimate_memory",
+    "host_offload_bytes",
+    "installed_vllm_info",
+    "kv_dtype_bytes",
+    "memory_constraint_violations",
+    "read_machine_facts",
+    "weight_bytes",
+]

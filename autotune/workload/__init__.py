@@ -1,0 +1,47 @@
+"""Workloads: the user's traffic as a JSONL file of requests, loaded, synthesized, imported, inspected.
+
+File format and semantics: :mod:`autotune.workload._model`. Errors are :class:`WorkloadError`
+with one line each, naming the file, line and field.
+"""
+
+from __future__ import annotations
+
+from autotune.workload._importers import ImportResult, import_bench_jsonl, import_openai_log, import_sharegpt
+from autotune.workload._inspect import LengthStats, WorkloadReport, inspect_workload, prefix_reuse
+from autotune.workload._loader import load_workload, sample_workload, write_jsonl
+from autotune.workload._model import ChatMessage, Workload, WorkloadRequest
+from autotune.workload._synth import LengthSpec, TextGenerator, synth_chat, synth_prefix_repeat, synth_rag
+from autotune.workload._tokens import (
+    ModelTokenizer,
+    PromptTokenizer,
+    WordTokenizer,
+    count_tokens,
+    load_tokenizer,
+)
+
+__all__ = [
+    "ChatMessage",
+    "ImportResult",
+    "LengthSpec",
+    "LengthStats",
+    "ModelTokenizer",
+    "PromptTokenizer",
+    "TextGenerator",
+    "WordTokenizer",
+    "Workload",
+    "WorkloadReport",
+    "WorkloadRequest",
+    "count_tokens",
+    "import_bench_jsonl",
+    "import_openai_log",
+    "import_sharegpt",
+    "inspect_workload",
+    "load_tokenizer",
+    "load_workload",
+    "prefix_reuse",
+    "sample_workload",
+    "synth_chat",
+    "synth_prefix_repeat",
+    "synth_rag",
+    "write_jsonl",
+]

@@ -1,0 +1,204 @@
+"""A fake OpenAI-compatible vLLM server for fast study-loop tests and fault injection.
+
+Launched exactly like vLLM (``python tests/fakes/fake_vllm.py --model M --host H --port P ...``);
+it prints vLLM-like start-up lines, serves /health, /metrics, /v1/models and streaming
+/v1/completions and /v1/chat/completions. Its latency is a made-up function of the flags,
+so a study has something to find. Nothing it produces is a measurement of anything.
+
+Faults, from the environment:
+  FAKE_START_DELAY=S        sleep S seconds before listening
+  FAKE_FAIL_START=KIND      print vLLM's text for KIND (oom|no_kv|bad_flag|crash) and exit
+  FAKE_CRASH_AFTER=N        die (exit 1) when request N+1 arrives
+  FAKE_IGNORE_SIGTERM=1     ignore SIGTERM (the supervisor must SIGKILL)
+  FAKE_SPAWN_CHILD=1        start a child process that would outlive a naive kill
+  FAKE_OOM_BLOCK_SIZE=B     fail start with an out-of-memory error when --block-size is B
+  FAKE_REQUIRE_KEY=1        require VLLM_API_KEY as a bearer token on /v1/*
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+_FAIL_TEXT = {
+    "oom": "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+    "no_kv": "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization`",
+    "bad_flag": "fake_vllm: error: argument --block-size: invalid choice: 7",
+    "crash": "RuntimeError: Engine core initialization failed. See root cause above.",
+}
+
+
+def _parse() -> argparse.Namespace:
+    p = argparse.ArgumentParser()
+    p.add_argument("model_tag", nargs="?")
+    p.add_argument("--model")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--block-size", type=int, default=128)
+    p.add_argument("--max-num-batched-tokens", type=int, default=2048)
+    p.add_argument("--max-model-len", type=int, default=2048)
+    p.add_argument("--kv-cache-memory-bytes", default="64M")
+    p.add_argument("--gpu-memory-utilization", type=float, default=0.92)
+    p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True)
+    args, _unknown = p.parse_known_args()
+    return args
+
+
+class _State:
+    def __init__(self, args: argparse.Namespace):
+        self.args = args
+        self.lock = threading.Lock()
+        self.requests = 0
+        self.prompt_tokens = 0
+        self.gen_tokens = 0
+        self.ttft_sum = 0.0
+        self.queries = 0
+        self.hits = 0
+        self.seen: set[str] = set()
+        bs = args.block_size
+        mnbt = args.max_num_batched_tokens
+        # Made-up latency model with an interior optimum: block size 64, larger batches better.
+        self.ttft_s = 0.004 + 0.002 * abs(bs - 64) / 32 + 2.0 / mnbt
+        self.itl_s = 0.001
+        if not args.enable_prefix_caching:
+            self.ttft_s += 0.004
+
+
+def _make_handler(state: _State):  # noqa: ANN202
+    key = os.environ.get("VLLM_API_KEY") if os.environ.get("FAKE_REQUIRE_KEY") else None
+    crash_after = int(os.environ.get("FAKE_CRASH_AFTER", "0") or 0)
+    model_name = state.args.model or state.args.model_tag
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, fmt: str, *a: object) -> None:
+            pass
+
+        def _json(self, code: int, obj: object) -> None:
+            body = json.dumps(obj).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self) -> None:
+            if self.path == "/health":
+                self._json(200, {})
+            elif self.path == "/v1/models":
+                self._json(200, {"data": [{"id": model_name}]})
+            elif self.path == "/metrics":
+                s = state
+                text = (
+                    f'vllm:prefix_cache_queries_total{{engine="0"}} {s.queries}\n'
+                    f'vllm:prefix_cache_hits_total{{engine="0"}} {s.hits}\n'
+                    f'vllm:prompt_tokens_total{{engine="0"}} {s.prompt_tokens}\n'
+                    f'vllm:generation_tokens_total{{engine="0"}} {s.gen_tokens}\n'
+                    f'vllm:time_to_first_token_seconds_sum{{engine="0"}} {s.ttft_sum}\n'
+                    f'vllm:time_to_first_token_seconds_count{{engine="0"}} {s.requests}\n'
+                ).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain")
+                self.send_header("Content-Length", str(len(text)))
+                self.end_headers()
+                self.wfile.write(text)
+            else:
+                self._json(404, {"error": "not found"})
+
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))) or b"{}")
+            if key and self.headers.get("Authorization") != f"Bearer {key}":
+                self._json(401, {"error": "Unauthorized"})
+                return
+            with state.lock:
+                state.requests += 1
+                n = state.requests
+            if crash_after and n > crash_after:
+                print("RuntimeError: fake engine core died", flush=True)
+                os._exit(1)
+            chat = self.path.endswith("/chat/completions")
+            prompt = json.dumps(body.get("messages")) if chat else str(body.get("prompt", ""))
+            words = prompt.split()
+            bs_words = max(1, state.args.block_size // 4)
+            hit = 0
+            with state.lock:
+                for i in range(bs_words, len(words) + 1, bs_words):
+                    h = " ".join(words[:i])
+                    if h in state.seen and state.args.enable_prefix_caching:
+                        hit = i
+                    state.seen.add(h)
+                state.queries += len(words)
+                state.hits += hit
+                state.prompt_tokens += len(words)
+            max_tokens = int(body.get("max_tokens") or 16)
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            ttft = state.ttft_s * (1.0 - 0.5 * hit / max(len(words), 1))
+            time.sleep(ttft)
+            with state.lock:
+                state.ttft_sum += ttft
+                state.gen_tokens += max_tokens
+            for i in range(max_tokens):
+                if i:
+                    time.sleep(state.itl_s)
+                choice = (
+                    {"index": 0, "delta": {"content": f"w{i} "}} if chat else {"index": 0, "text": f"w{i} "}
+                )
+                self._chunk({"choices": [choice]})
+            self._chunk(
+                {"choices": [], "usage": {"prompt_tokens": len(words), "completion_tokens": max_tokens}}
+            )
+            self._raw(b"data: [DONE]\n\n")
+            self.wfile.write(b"0\r\n\r\n")
+
+        def _chunk(self, obj: object) -> None:
+            self._raw(b"data: " + json.dumps(obj).encode() + b"\n\n")
+
+        def _raw(self, data: bytes) -> None:
+            self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+            self.wfile.flush()
+
+    return Handler
+
+
+def main() -> None:
+    args = _parse()
+    print(f"INFO fake vLLM starting: model={args.model or args.model_tag} pid={os.getpid()}", flush=True)
+    if os.environ.get("FAKE_IGNORE_SIGTERM"):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if os.environ.get("FAKE_SPAWN_CHILD"):
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        print(f"INFO spawned child pid={child.pid}", flush=True)
+    time.sleep(float(os.environ.get("FAKE_START_DELAY", "0") or 0))
+    fail = os.environ.get("FAKE_FAIL_START")
+    if os.environ.get("FAKE_OOM_BLOCK_SIZE") and int(os.environ["FAKE_OOM_BLOCK_SIZE"]) == args.block_size:
+        fail = "oom"
+    if fail:
+        print(_FAIL_TEXT[fail], flush=True)
+        sys.exit(2 if fail == "bad_flag" else 1)
+    kv_bytes = args.kv_cache_memory_bytes
+    mult = {"K": 2**10, "M": 2**20, "G": 2**30}.get(kv_bytes[-1:].upper(), 1)
+    tokens = int(float(kv_bytes.rstrip("KMGkmg")) * mult) // 2048
+    print(
+        f"INFO CPU KV cache size: {tokens:,} tokens, Maximum concurrency for "
+        f"{args.max_model_len:,} tokens per request: {tokens / args.max_model_len:.2f}x",
+        flush=True,
+    )
+    server = ThreadingHTTPServer((args.host, args.port), _make_handler(_State(args)))
+    server.daemon_threads = True
+    print("INFO:     Application startup complete.", flush=True)
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

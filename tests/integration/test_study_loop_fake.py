@@ -1,0 +1,98 @@
+"""Many-trial study loop against the fake server: baseline first, failures as data, resume, export."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import optuna
+import yaml
+
+from autotune.bench import ArrivalSpec
+from autotune.engine import LaunchSpec
+from autotune.export import export_best
+from autotune.space import load_search_space
+from autotune.study import Objective, best_feasible, load_or_create, run_study
+from autotune.trial import VllmEvaluator
+from autotune.workload import load_workload
+from tests.conftest import FAKE_LAUNCHER, MARK_ENV
+
+SPACE = """
+name: fake
+platform: cpu
+parameters:
+  block_size: {type: categorical, choices: [32, 64, 128], flag: --block-size}
+  max_num_batched_tokens: {type: categorical, choices: [256, 1024, 4096], flag: --max-num-batched-tokens}
+  enable_prefix_caching: {type: bool, flag: --enable-prefix-caching}
+"""
+
+
+def _workload(path: Path, n: int = 12) -> Path:
+    doc = " ".join(f"w{i % 50}" for i in range(300))
+    with path.open("w") as f:
+        for i in range(n):
+            f.write(json.dumps({"prompt": f"{doc} q{i}", "max_tokens": 4, "timestamp": i * 0.01}) + "\n")
+    return path
+
+
+def test_study_runs_baseline_first_records_failures_resumes_and_exports(tmp_path: Path, mark: str) -> None:
+    (tmp_path / "space.yaml").write_text(SPACE)
+    space = load_search_space(tmp_path / "space.yaml")
+    wl = load_workload(_workload(tmp_path / "wl.jsonl"))
+    spec = LaunchSpec(
+        model="fake-model",
+        launcher=FAKE_LAUNCHER,
+        env={MARK_ENV: mark, "FAKE_OOM_BLOCK_SIZE": "32"},
+        startup_timeout_s=20,
+        stop_timeout_s=2,
+    )
+    evaluator = VllmEvaluator(
+        spec=spec, workload=wl, arrival=ArrivalSpec(mode="timestamps"), log_dir=tmp_path
+    )
+    obj = Objective(metric="ttft_p90", min_throughput_ratio=0.5)
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    study = load_or_create(url, "fake-study", obj, seed=1)
+    seen: list[int] = []
+    run_study(
+        study=study,
+        space=space,
+        evaluator=evaluator,
+        objective=obj,
+        n_trials=8,
+        on_trial_done=lambda rep: seen.append(rep.number),
+    )
+    trials = study.get_trials()
+    assert seen == list(range(8))
+    assert trials[0].user_attrs["baseline"] is True and trials[0].params == {}
+    assert trials[0].user_attrs["rendered_args"] == []
+    assert trials[0].user_attrs["status"] == "ok"
+    for t in trials:
+        a = t.user_attrs
+        assert a["command"][0:2] == list(FAKE_LAUNCHER)
+        assert Path(a["log_path"]).exists()
+        if t.params.get("block_size") == 32:  # the fake runs out of memory with block size 32
+            assert a["status"] == "failed" and a["failure"] == "out_of_memory"
+            assert not Objective.is_feasible(a["constraints"])
+        else:
+            assert a["status"] == "ok", a.get("reason")
+            assert a["figures"]["completed"] == 12 and a["kv_tokens"] > 0
+    best = best_feasible(study)
+    assert best is not None and best.params.get("block_size") != 32
+
+    # Resume: same name and storage; the baseline is not repeated.
+    again = load_or_create(url, "fake-study", obj, seed=2)
+    run_study(study=again, space=space, evaluator=evaluator, objective=obj, n_trials=2)
+    all_trials = optuna.load_study(study_name="fake-study", storage=url).get_trials()
+    assert len(all_trials) == 10
+    assert sum(bool(t.user_attrs.get("baseline")) for t in all_trials) == 1
+
+    target = tmp_path / "best.yaml"
+    best, exported = export_best(
+        again, model="fake-model", fixed_argv=["--max-model-len", "1024"], out=target
+    )
+    data = yaml.safe_load(target.read_text())
+    assert data["model"] == "fake-model" and data["max-model-len"] == 1024
+    for flag in best.user_attrs["rendered_args"]:
+        if flag.startswith("--no-"):
+            assert data[flag[2:]] is True
+    assert "vllm serve fake-model" in exported.command
