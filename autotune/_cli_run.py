@@ -124,14 +124,21 @@ def run(
         typer.Option(help="Name of an environment variable holding the API key vLLM should require."),
     ] = None,
     check_args: Annotated[
-        bool, typer.Option(help="Check each command with the installed vLLM's own parser before launching it.")
+        bool,
+        typer.Option(help="Check each command with the installed vLLM's own parser before launching it."),
     ] = True,
     skip_bad_lines: Annotated[
         bool, typer.Option(help="Skip invalid workload lines (reported) instead of failing.")
     ] = False,
 ) -> None:
     """Tune vLLM on a workload: baseline (vLLM defaults) first, then Optuna's proposals; export the best."""
-    from autotune.engine import LaunchSpec, VllmArgChecker, default_launcher, installed_build, parse_engine_args
+    from autotune.engine import (
+        LaunchSpec,
+        VllmArgChecker,
+        default_launcher,
+        installed_build,
+        parse_engine_args,
+    )
     from autotune.export import export_best
     from autotune.space import load_search_space
     from autotune.study import (
@@ -244,8 +251,12 @@ def _arrival(
     if burstiness is not None and rate is None:
         raise ConfigError("--burstiness needs --rate")
     if rate is not None:
-        mode = "gamma" if burstiness is not None else "poisson"
-        return ArrivalSpec(mode=mode, rate=rate, burstiness=burstiness or 1.0, seed=seed)
+        return ArrivalSpec(
+            mode="gamma" if burstiness is not None else "poisson",
+            rate=rate,
+            burstiness=burstiness or 1.0,
+            seed=seed,
+        )
     if concurrency is not None:
         return ArrivalSpec(mode="closed", concurrency=concurrency, seed=seed)
     spec = ArrivalSpec.default_for(wl)

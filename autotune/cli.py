@@ -91,7 +91,12 @@ def main(argv: Optional[list[str]] = None) -> None:  # noqa: UP045 - typer
     _register_subcommands()
     install_signal_handlers()
     try:
-        app(args=argv, standalone_mode=False)
+        rc = app(args=argv, standalone_mode=False)  # Typer turns Ctrl-C into a returned 130
+        if rc == 130:
+            raise KeyboardInterrupt
+        if isinstance(rc, int) and rc:
+            stop_all()
+            raise SystemExit(rc)
     except AutotuneError as exc:
         stop_all()
         if _state["verbose"]:

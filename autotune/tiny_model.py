@@ -95,7 +95,9 @@ def make_tiny_model(out: Path, *, vocab_size: int = 1000, layers: int = 2, seed:
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
     )
     tok.train_from_iterator(corpus, trainer)
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>")
+    fast = PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
+        tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>"
+    )
     fast.chat_template = (
         "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
         "{% if add_generation_prompt %}assistant:{% endif %}"
@@ -116,7 +118,7 @@ def make_tiny_model(out: Path, *, vocab_size: int = 1000, layers: int = 2, seed:
         eos_token_id=2,
         tie_word_embeddings=False,
     )
-    model = LlamaForCausalLM(cfg).to(torch.bfloat16)
+    model = LlamaForCausalLM(cfg).to(torch.bfloat16)  # type: ignore[no-untyped-call,arg-type]
     model.save_pretrained(out)
     marker.write_text(json.dumps(spec))
     return out

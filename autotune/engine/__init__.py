@@ -10,11 +10,11 @@ from autotune.engine._process import EngineProcess, free_port, port_is_free
 from autotune.engine._reaper import install_signal_handlers, live_count, stop_all
 
 __all__ = [
-    "ArgCheck",
     "CPU_LAUNCHER",
+    "GPU_LAUNCHER",
+    "ArgCheck",
     "EngineProcess",
     "FailureClass",
-    "GPU_LAUNCHER",
     "KvCapacity",
     "LaunchSpec",
     "VllmArgChecker",

@@ -22,7 +22,7 @@ def _make_parser() -> Any:
             mod = __import__(module, fromlist=["make_arg_parser"])
         except ImportError:
             continue
-        parser = mod.make_arg_parser(FlexibleArgumentParser())
+        parser = mod.make_arg_parser(FlexibleArgumentParser())  # type: ignore[no-untyped-call]
         return parser, getattr(mod, "validate_parsed_serve_args", None)
     raise ImportError("no vLLM serve argument parser found")
 

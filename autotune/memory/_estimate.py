@@ -68,8 +68,10 @@ class MemoryEstimate:
     """Where one engine's memory goes, in bytes, and how many tokens its KV cache holds.
 
     ``kv_tokens`` counts whole blocks (``kv_blocks x block_size``); ``max_concurrency`` is how
-    many ``max_model_len`` requests fit, as vLLM computes it (whole blocks per request, sliding
-    layers capped at their window); ``reported_tokens`` is the figure vLLM logs.
+    many ``max_model_len`` requests fit, as vLLM computes it (whole blocks per request; sliding
+    layers hold their window plus one batch of in-flight tokens); ``reported_tokens`` is the
+    figure vLLM logs. For models mixing sliding and full layers vLLM pads its layer groups, so
+    there the concurrency is approximate (a few percent).
     """
 
     budget: int
@@ -147,16 +149,19 @@ def activation_reserve_bytes(
     return mlp_peak + logits + NON_TORCH_RESERVE_BYTES + graphs
 
 
-def _layer_blocks_per_request(shape: ModelShape, max_model_len: int, block_size: int) -> int:
-    """Blocks of one layer a ``max_model_len`` request holds, summed over layers."""
+def _layer_blocks_per_request(
+    shape: ModelShape, max_model_len: int, block_size: int, max_num_batched_tokens: int
+) -> int:
+    """Blocks of one layer a ``max_model_len`` request may hold, summed over layers.
+
+    Sliding layers follow vLLM's ``SlidingWindowSpec.max_admission_blocks_per_request``: the
+    window plus one batch of in-flight tokens, plus one block as the window straddles blocks.
+    """
     full_blocks = math.ceil(max_model_len / block_size)
     sliding = shape.num_sliding_layers
-    window = shape.sliding_window
-    if sliding and window is not None and window < max_model_len:
-        # The window straddles block boundaries: one block more than the window needs.
-        sliding_blocks = min(math.ceil(window / block_size) + 1, full_blocks)
-    else:
-        sliding_blocks = full_blocks
+    window = shape.sliding_window if shape.sliding_window is not None else max_model_len
+    held = min(window - 1 + max_num_batched_tokens, max_model_len)
+    sliding_blocks = math.ceil(held / block_size) + 1
     return (shape.num_layers - sliding) * full_blocks + sliding * sliding_blocks
 
 
@@ -215,7 +220,7 @@ def estimate_memory(
         kv = max(budget - weight_bytes - reserve, 0)
     per_token = shape.kv_bytes_per_token(kv_cache_dtype)
     blocks = kv // (block_size * per_token)
-    layer_blocks = _layer_blocks_per_request(shape, max_model_len, block_size)
+    layer_blocks = _layer_blocks_per_request(shape, max_model_len, block_size, max_num_batched_tokens)
     concurrency = blocks * shape.num_layers / layer_blocks
     return MemoryEstimate(
         budget=budget,

@@ -7,7 +7,8 @@ infeasibility reason. The checks mirror vLLM's own start-up failures:
 - the GPU budget (``total x utilization``) exceeds memory free now, less the CUDA context
   the new process creates ("Free memory on device ... is less than desired");
 - on the CPU build, the KV bytes or the utilization budget exceed the memory node's available;
-- a CPU KV offload pool larger than ``host_share`` of available host memory (it is pinned);
+- a CPU KV offload pool larger than ``host_share`` of available host memory (it is pinned),
+  or any offload pool on the CPU build (vLLM refuses it);
 - a shared-memory pool larger than ``/dev/shm`` has free.
 """
 
@@ -154,6 +155,11 @@ def check_feasibility(
         reasons, est = _cuda_reasons(request, facts)
     else:
         reasons, est = _cpu_reasons(request, facts)
+    if request.platform == "cpu" and request.offload_bytes > 0:
+        reasons.append(
+            "the CPU build cannot offload the KV cache to host memory (vLLM: CPU Offloading is "
+            "currently only supported on CUDA-alike and XPU GPUs)"
+        )
     host_limit = int(host_share * facts.host_available)
     if request.offload_bytes > host_limit:
         reasons.append(

@@ -94,17 +94,24 @@ def load_or_create(storage_url: str, study_name: str, objective: Objective, seed
     storage = open_storage(storage_url)
     sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=4, multivariate=True)
     try:
-        study = optuna.create_study(
-            storage=storage,
-            study_name=study_name,
-            direction=objective.direction,
-            sampler=sampler,
-            load_if_exists=True,
-        )
+        try:  # the worker that creates the study enqueues the baseline: one baseline, however many workers
+            study = optuna.create_study(
+                storage=storage, study_name=study_name, direction=objective.direction, sampler=sampler
+            )
+            study.enqueue_trial({}, user_attrs={BASELINE_ATTR: True})
+        except optuna.exceptions.DuplicatedStudyError:
+            study = optuna.load_study(study_name=study_name, storage=storage, sampler=sampler)
+    except StorageError:
+        raise
     except Exception as exc:  # sqlalchemy/optuna errors on a broken database
         raise StorageError(
             f"storage {redact_url(storage_url)}: cannot open study {study_name!r}: {exc}"
         ) from exc
+    if study.direction.name.lower() != objective.direction:
+        raise StorageError(
+            f"study {study_name!r} is {study.direction.name.lower()}d, but --objective {objective.metric} is "
+            f"{objective.direction}d (fix: pass the study's objective, or a new --study name)"
+        )
     existing = study.user_attrs.get("objective")
     if existing and existing != objective.metric:
         raise StorageError(
@@ -126,9 +133,7 @@ def run_study(
     on_trial_start: Callable[[int, bool, Mapping[str, Any]], None] | None = None,
     on_trial_done: Callable[[TrialReport], None] | None = None,
 ) -> optuna.Study:
-    """Run ``n_trials`` more trials (the baseline first if the study has none yet)."""
-    if not any(t.user_attrs.get(BASELINE_ATTR) for t in study.get_trials(deepcopy=False)):
-        study.enqueue_trial({}, user_attrs={BASELINE_ATTR: True})
+    """Run ``n_trials`` more trials (a new study's first trial is the baseline, enqueued at creation)."""
 
     def objective_fn(trial: optuna.Trial) -> float:
         is_baseline = bool(trial.user_attrs.get(BASELINE_ATTR))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import optuna
@@ -47,14 +48,24 @@ def resolve_storage_url(storage: str | None, study_name: str, studies_dir: Path)
     return f"sqlite:///{(studies_dir / f'{study_name}.db').resolve()}"
 
 
-def open_storage(url: str) -> optuna.storages.RDBStorage:
-    kwargs: dict[str, object] = {}
-    if url.startswith("sqlite"):
-        kwargs = {"connect_args": {"timeout": 60}}
-    else:
-        kwargs = {"pool_pre_ping": True}
-    try:
-        return optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
-    except (SQLAlchemyError, ImportError, ValueError) as exc:
-        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise StorageError(f"storage {redact_url(url)}: cannot open: {reason}") from exc
+def open_storage(url: str, *, attempts: int = 3) -> optuna.storages.RDBStorage:
+    kwargs: dict[str, object] = (
+        {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {"pool_pre_ping": True}
+    )
+    for attempt in range(1, attempts + 1):
+        try:
+            return optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
+        except SQLAlchemyError as exc:
+            # Several workers starting on a fresh database race to create Optuna's tables;
+            # the loser sees a duplicate-key error and finds the tables there on the next try.
+            if attempt < attempts:
+                time.sleep(0.5 * attempt)
+                continue
+            raise StorageError(f"storage {redact_url(url)}: cannot open: {_first_line(exc)}") from exc
+        except (ImportError, ValueError) as exc:
+            raise StorageError(f"storage {redact_url(url)}: cannot open: {_first_line(exc)}") from exc
+    raise AssertionError("unreachable")
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__

@@ -71,7 +71,7 @@ class _State:
             self.ttft_s += 0.004
 
 
-def _make_handler(state: _State):  # noqa: ANN202
+def _make_handler(state: _State):
     key = os.environ.get("VLLM_API_KEY") if os.environ.get("FAKE_REQUIRE_KEY") else None
     crash_after = int(os.environ.get("FAKE_CRASH_AFTER", "0") or 0)
     model_name = state.args.model or state.args.model_tag

@@ -10,6 +10,7 @@ utilization budget (vLLM subtracts its measured resident size) within
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import signal
@@ -23,21 +24,16 @@ import pytest
 
 from autotune.memory import GiB, ModelShape, cpu_kv_tokens, estimate_memory, read_machine_facts, weight_bytes
 
-pytestmark = pytest.mark.vllm
+pytestmark = [
+    pytest.mark.vllm,
+    pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM is not installed"),
+]
 
 _KV_LINE = re.compile(
     r"CPU KV cache size: ([\d,]+) tokens, Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x"
 )
 _START_TIMEOUT_S = 240.0
 _AUTO_TOLERANCE_BYTES = 256 * (1 << 20)
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    pytest.importorskip("vllm")
-    from autotune.tiny_model import make_tiny_model
-
-    return make_tiny_model(tmp_path_factory.mktemp("tiny-model"))
 
 
 def _free_port() -> int:
@@ -58,7 +54,7 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
         proc.wait(timeout=20)
 
 
-def _kv_line_from_vllm(model: Path, log: Path, *flags: str) -> tuple[int, int, float]:
+def _kv_line_from_vllm(model: Path, log: Path, mark: str, *flags: str) -> tuple[int, int, float]:
     """Start vLLM, wait for its KV cache line, stop it; (tokens, max_model_len, concurrency)."""
     command = [
         sys.executable,
@@ -76,7 +72,12 @@ def _kv_line_from_vllm(model: Path, log: Path, *flags: str) -> tuple[int, int, f
         *flags,
     ]
     # VLLM_CPU_OMP_THREADS_BIND=auto (the default) binds one core and reserves the other on 2 cores.
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_CPU_OMP_THREADS_BIND": "auto"}
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "VLLM_CPU_OMP_THREADS_BIND": "auto",
+        "AUTOTUNE_TEST_MARK": mark,
+    }
     env.pop("VLLM_CPU_KVCACHE_SPACE", None)
     with log.open("wb") as out:
         proc = subprocess.Popen(
@@ -106,11 +107,12 @@ def _kv_line_from_vllm(model: Path, log: Path, *flags: str) -> tuple[int, int, f
         ("50m", 50_000_000, 1000),  # decimal suffix; 1000 tokens take 8 blocks of 128
     ],
 )
-def test_explicit_kv_bytes_match_vllm_exactly(tiny_model, tmp_path, kv_flag, kv_bytes, max_model_len):
+def test_explicit_kv_bytes_match_vllm_exactly(tiny_model, tmp_path, mark, kv_flag, kv_bytes, max_model_len):
     shape = ModelShape.from_config(tiny_model)
     tokens, length, concurrency = _kv_line_from_vllm(
         tiny_model,
         tmp_path / "vllm.log",
+        mark,
         "--max-model-len",
         str(max_model_len),
         "--kv-cache-memory-bytes",
@@ -136,7 +138,7 @@ def test_explicit_kv_bytes_match_vllm_exactly(tiny_model, tmp_path, kv_flag, kv_
         assert tokens == cpu_kv_tokens(shape, kv_bytes, 128)
 
 
-def test_utilization_budget_within_tolerance(tiny_model, tmp_path):
+def test_utilization_budget_within_tolerance(tiny_model, tmp_path, mark):
     facts = read_machine_facts()
     node_total = facts.node_total or facts.host_total
     node_available = facts.node_available or facts.host_available
@@ -147,6 +149,7 @@ def test_utilization_budget_within_tolerance(tiny_model, tmp_path):
     tokens, _, _ = _kv_line_from_vllm(
         tiny_model,
         tmp_path / "vllm.log",
+        mark,
         "--max-model-len",
         "1024",
         "--gpu-memory-utilization",

@@ -25,7 +25,19 @@ FIXED = ["--enforce-eager", "--max-model-len=1024", "--kv-cache-memory-bytes=32M
 
 def _rag(path: Path) -> Path:
     rng = random.Random(3)
-    words = "cache token prefix memory block batch latency model request document policy".split()
+    words = [
+        "cache",
+        "token",
+        "prefix",
+        "memory",
+        "block",
+        "batch",
+        "latency",
+        "model",
+        "request",
+        "document",
+        "policy",
+    ]
     docs = [" ".join(rng.choice(words) for _ in range(300)) for _ in range(2)]
     with path.open("w") as f:
         for i in range(10):

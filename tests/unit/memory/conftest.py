@@ -78,6 +78,6 @@ def gpu():
 
 
 @pytest.fixture
-def config():
+def model_config_path():
     """Path of a test-data model config by name."""
     return config_path

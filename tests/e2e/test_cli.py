@@ -1,0 +1,245 @@
+"""The CLI as a user drives it: bad input fails fast and cleanly; Ctrl-C leaves no engine behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import FAKE_LAUNCHER, MARK_ENV, REPO, processes_marked, wait_no_processes
+
+
+def _autotune(args: list[str], mark: str, cwd: Path, **popen: object) -> subprocess.Popen[str]:
+    env = {**os.environ, MARK_ENV: mark, "PYTHONPATH": str(REPO)}
+    return subprocess.Popen(
+        [sys.executable, "-m", "autotune", *args],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **popen,  # type: ignore[arg-type]
+    )
+
+
+def _run(args: list[str], mark: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    p = _autotune(args, mark, cwd)
+    out, err = p.communicate(timeout=120)
+    return subprocess.CompletedProcess(p.args, p.returncode, out, err)
+
+
+def _good_workload(path: Path, n: int = 6) -> Path:
+    with path.open("w") as f:
+        for i in range(n):
+            f.write(
+                json.dumps(
+                    {"prompt": f"question {i} " + "word " * 50, "max_tokens": 4, "timestamp": i * 0.05}
+                )
+                + "\n"
+            )
+    return path
+
+
+def _error_lines(stderr: str) -> list[str]:
+    return [ln for ln in stderr.splitlines() if ln.strip()]
+
+
+def test_malformed_workload_line_is_one_line_error_and_nothing_starts(tmp_path: Path, mark: str) -> None:
+    wl = _good_workload(tmp_path / "rag.jsonl")
+    lines = wl.read_text().splitlines()
+    lines[2] = '{"prompt": "hello", "max_tokens": "many"}'
+    wl.write_text("\n".join(lines) + "\n")
+    res = _run(
+        [
+            "run",
+            "--workload",
+            str(wl),
+            "--model",
+            "m",
+            "--launcher",
+            " ".join(FAKE_LAUNCHER),
+            "--studies-dir",
+            str(tmp_path / "studies"),
+            "--no-check-args",
+        ],
+        mark,
+        tmp_path,
+    )
+    assert res.returncode == 2, res.stderr
+    errs = _error_lines(res.stderr)
+    assert len(errs) == 1, errs
+    assert "rag.jsonl:3" in errs[0] and "max_tokens" in errs[0] and "'many'" in errs[0]
+    assert not processes_marked(mark)
+    assert not (tmp_path / "studies").exists()  # nothing half-written
+
+
+def test_malformed_search_space_is_one_line_error_and_nothing_starts(tmp_path: Path, mark: str) -> None:
+    wl = _good_workload(tmp_path / "rag.jsonl")
+    space = tmp_path / "space.yaml"
+    space.write_text(
+        "name: s\nplatform: cpu\nparameters:\n  block_size:\n    type: categorical\n"
+        "    choises: [32, 64]\n    flag: --block-size\n"
+    )
+    res = _run(
+        [
+            "run",
+            "--workload",
+            str(wl),
+            "--model",
+            "m",
+            "--space",
+            str(space),
+            "--launcher",
+            " ".join(FAKE_LAUNCHER),
+            "--studies-dir",
+            str(tmp_path / "studies"),
+            "--no-check-args",
+        ],
+        mark,
+        tmp_path,
+    )
+    assert res.returncode == 2, res.stderr
+    errs = _error_lines(res.stderr)
+    assert len(errs) == 1, errs
+    assert "space.yaml:6" in errs[0] and "parameters.block_size.choises" in errs[0]
+    assert not processes_marked(mark)
+    assert not (tmp_path / "studies").exists()
+
+
+def test_run_help_lists_every_option(tmp_path: Path, mark: str) -> None:
+    res = _run(["run", "--help"], mark, tmp_path)
+    assert res.returncode == 0
+    for opt in (
+        "--workload",
+        "--model",
+        "--space",
+        "--study",
+        "--storage",
+        "--n-trials",
+        "--timeout",
+        "--objective",
+        "--slo",
+        "--out",
+        "--engine-arg",
+        "--launcher",
+        "--rate",
+        "--concurrency",
+    ):
+        assert opt in res.stdout, opt
+
+
+def test_fake_study_through_the_cli_prints_progress_and_exports(tmp_path: Path, mark: str) -> None:
+    wl = _good_workload(tmp_path / "rag.jsonl")
+    space = tmp_path / "space.yaml"
+    space.write_text(
+        "name: s\nplatform: cpu\nparameters:\n"
+        "  block_size: {type: categorical, choices: [32, 64, 128], flag: --block-size}\n"
+    )
+    res = _run(
+        [
+            "run",
+            "--workload",
+            str(wl),
+            "--model",
+            "fake-model",
+            "--space",
+            str(space),
+            "--launcher",
+            " ".join(FAKE_LAUNCHER),
+            "--studies-dir",
+            str(tmp_path / "studies"),
+            "--no-check-args",
+            "--n-trials",
+            "3",
+            "--out",
+            str(tmp_path / "best.yaml"),
+        ],
+        mark,
+        tmp_path,
+    )
+    assert res.returncode == 0, res.stderr
+    assert "trial 1/3" in res.stderr and "trial 3/3" in res.stderr and "best so far" in res.stderr
+    assert "baseline: vLLM defaults" in res.stderr
+    assert (tmp_path / "best.yaml").exists() and "vllm serve" in res.stdout
+    assert (tmp_path / "studies" / "rag-s.db").exists()
+    assert (tmp_path / "studies" / "rag-s" / "trial-0000.log").exists()
+
+
+def _interrupt_when_engine_runs(proc: subprocess.Popen[str], mark: str, needle: str, settle_s: float) -> None:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()
+        if any(needle in " ".join(p.cmdline()) for p in processes_marked(mark)):
+            break
+        time.sleep(0.2)
+    else:
+        pytest.fail("engine never started")
+    time.sleep(settle_s)
+    proc.send_signal(signal.SIGINT)
+
+
+def test_ctrl_c_during_fake_measurement_leaves_no_engine(tmp_path: Path, mark: str) -> None:
+    wl = tmp_path / "slow.jsonl"
+    with wl.open("w") as f:
+        for i in range(40):
+            f.write(json.dumps({"prompt": f"q{i}", "max_tokens": 200, "timestamp": i * 0.5}) + "\n")
+    proc = _autotune(
+        [
+            "run",
+            "--workload",
+            str(wl),
+            "--model",
+            "fake-model",
+            "--launcher",
+            " ".join(FAKE_LAUNCHER),
+            "--studies-dir",
+            str(tmp_path / "studies"),
+            "--no-check-args",
+            "--n-trials",
+            "3",
+        ],
+        mark,
+        tmp_path,
+    )
+    _interrupt_when_engine_runs(proc, mark, "fake_vllm.py", settle_s=2.0)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "interrupted" in err
+    assert not wait_no_processes(mark, timeout=15)
+
+
+@pytest.mark.vllm
+def test_ctrl_c_during_real_vllm_start_leaves_no_vllm_process(
+    tmp_path: Path, tiny_model: Path, mark: str
+) -> None:
+    proc = _autotune(
+        [
+            "run",
+            "--workload",
+            str(REPO / "examples" / "rag.jsonl"),
+            "--model",
+            str(tiny_model),
+            "--studies-dir",
+            str(tmp_path / "studies"),
+            "--no-check-args",
+            "--n-trials",
+            "2",
+            "--engine-arg=--enforce-eager",
+            "--engine-arg=--max-model-len=2048",
+            "--engine-arg=--kv-cache-memory-bytes=64M",
+        ],
+        mark,
+        tmp_path,
+    )
+    # Interrupt once vLLM's engine-core process exists (mid start-up: the hardest moment to clean up).
+    _interrupt_when_engine_runs(proc, mark, "vllm.entrypoints", settle_s=12.0)
+    _, err = proc.communicate(timeout=90)
+    assert proc.returncode == 130, err
+    left = wait_no_processes(mark, timeout=20)
+    assert not left, [p.cmdline() for p in left]
