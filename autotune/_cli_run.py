@@ -8,7 +8,7 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any, Literal, Optional
 
 import typer
 from rich.table import Table
@@ -123,6 +123,18 @@ def run(
         Optional[str],
         typer.Option(help="Name of an environment variable holding the API key vLLM should require."),
     ] = None,
+    host_share: Annotated[
+        float, typer.Option(help="Largest share of available host memory a CPU KV-offload pool may take.")
+    ] = 0.65,
+    allow_swap: Annotated[
+        bool, typer.Option(help="Accept trials during which the host swapped (default: infeasible).")
+    ] = False,
+    check_memory: Annotated[
+        bool,
+        typer.Option(
+            help="Estimate memory before launch (needs MODEL/config.json) and watch it during runs."
+        ),
+    ] = True,
     check_args: Annotated[
         bool,
         typer.Option(help="Check each command with the installed vLLM's own parser before launching it."),
@@ -140,6 +152,8 @@ def run(
         parse_engine_args,
     )
     from autotune.export import export_best
+    from autotune.memory import read_machine_facts
+    from autotune.memory_guard import MemoryGuard, clamp_space
     from autotune.space import load_search_space
     from autotune.study import (
         Objective,
@@ -195,6 +209,14 @@ def run(
         f"space {space_path} | workload {workload} ({len(wl)} requests, {arrival.describe()}) | "
         f"objective {obj.direction} {obj.metric}"
     )
+    platform: Literal["cpu", "cuda"] = "cpu" if sp.platform == "cpu" else "cuda"
+    guard = (
+        MemoryGuard.for_model(model, platform, host_share=host_share, allow_swap=allow_swap)
+        if check_memory
+        else None
+    )
+    if guard is not None:
+        sp = clamp_space(sp, read_machine_facts(), host_share)
     checker = VllmArgChecker() if check_args and build != "missing" else None
     evaluator = VllmEvaluator(
         spec=launch,
@@ -205,6 +227,7 @@ def run(
         history=history,  # type: ignore[arg-type]
         slos_ms=obj.request_slos,
         arg_checker=checker,
+        memory=guard,
     )
     done = {"n": 0}
 

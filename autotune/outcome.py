@@ -32,6 +32,8 @@ class TrialOutcome:
     kv_tokens: int | None = None
     kv_max_concurrency: float | None = None
     timings_s: Mapping[str, float] = field(default_factory=dict)  # startup, warmup, measure, teardown
+    memory: Mapping[str, Any] = field(default_factory=dict)  # measured peaks (MemoryPeak) or the estimate
+    violations: tuple[str, ...] = ()  # memory constraints the run broke (host swapped, GPU full, ...)
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     def record(self) -> dict[str, Any]:
@@ -48,6 +50,8 @@ class TrialOutcome:
             "kv_tokens": self.kv_tokens,
             "kv_max_concurrency": self.kv_max_concurrency,
             "timings_s": dict(self.timings_s),
+            "memory": dict(self.memory),
+            "violations": list(self.violations),
             **({"extra": dict(self.extra)} if self.extra else {}),
         }
 

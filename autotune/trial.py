@@ -10,8 +10,9 @@ import asyncio
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -28,6 +29,8 @@ from autotune.bench import (
 from autotune.bench._replay import History
 from autotune.engine import EngineProcess, LaunchSpec, VllmArgChecker
 from autotune.errors import EngineCrashed, EngineStartError
+from autotune.memory import MemorySampler
+from autotune.memory_guard import MemoryGuard
 from autotune.outcome import TrialOutcome, TrialStatus
 from autotune.space import RenderedConfig
 from autotune.workload import Workload
@@ -50,25 +53,23 @@ class VllmEvaluator:
     slos_ms: Mapping[str, float] = field(default_factory=dict)
     request_timeout_s: float = 600.0
     arg_checker: VllmArgChecker | None = None  # vLLM's own parser, to reject bad flags before launch
+    memory: MemoryGuard | None = None  # feasibility before launch, memory peaks during the run
 
     def __call__(self, number: int, rendered: RenderedConfig) -> TrialOutcome:
         engine = EngineProcess(self.spec, rendered, self.log_dir / f"trial-{number:04d}.log")
         command = tuple(engine.argv)
-        if self.arg_checker is not None:
-            check = self.arg_checker.check(engine.argv[len(self.spec.launcher) :])
-            if not check.ok:
-                log.info("trial %d: vLLM's parser rejects the command: %s", number, check.error)
-                return TrialOutcome(
-                    status=TrialStatus.INFEASIBLE,
-                    command=command,
-                    failure="bad_flag",
-                    reason=f"rejected by vLLM {self.arg_checker.version}'s argument parser before launch: "
-                    f"{check.error}",
-                )
+        engine_argv = engine.argv[len(self.spec.launcher) :]
+        rejected = self._reject_before_launch(number, command, engine_argv)
+        if rejected is not None:
+            return rejected
         t_start = time.monotonic()
-        teardown = 0.0
+        sampler: MemorySampler | None = None
+        peak: dict[str, Any] = {}
         try:
             engine.start()
+            if self.memory is not None and engine.pid is not None:
+                sampler = self.memory.sampler(engine.pid)
+                sampler.start()
             engine.wait_healthy()
             kv = engine.kv_capacity()
             figures, metrics, phase = asyncio.run(self._measure(engine))
@@ -83,11 +84,19 @@ class VllmEvaluator:
                 log_path=exc.log_path,
                 log_tail=exc.log_tail,
                 timings_s={"startup": engine.startup_s or (time.monotonic() - t_start)},
+                memory=peak,
             )
         finally:
             t_stop = time.monotonic()
+            if sampler is not None:
+                peak.update(MemoryGuard.peak_record(sampler.stop()))
             engine.stop()  # also on Ctrl-C and on any error: no vLLM outlives its trial
             teardown = time.monotonic() - t_stop
+        violations: tuple[str, ...] = ()
+        if self.memory is not None and sampler is not None:
+            violations = self.memory.violations(sampler.result())
+            for v in violations:
+                log.warning("trial %d: %s", number, v)
         return TrialOutcome(
             status=TrialStatus.OK,
             command=command,
@@ -97,7 +106,37 @@ class VllmEvaluator:
             kv_tokens=kv.tokens if kv else None,
             kv_max_concurrency=kv.max_concurrency if kv else None,
             timings_s={"startup": engine.startup_s or 0.0, **phase, "teardown": teardown},
+            memory=peak,
+            violations=violations,
         )
+
+    def _reject_before_launch(
+        self, number: int, command: tuple[str, ...], engine_argv: list[str]
+    ) -> TrialOutcome | None:
+        """A command vLLM's parser rejects, or a configuration that cannot fit, never starts."""
+        if self.arg_checker is not None:
+            check = self.arg_checker.check(engine_argv)
+            if not check.ok:
+                log.info("trial %d: vLLM's parser rejects the command: %s", number, check.error)
+                return TrialOutcome(
+                    status=TrialStatus.INFEASIBLE,
+                    command=command,
+                    failure="bad_flag",
+                    reason=f"rejected by vLLM {self.arg_checker.version}'s argument parser before launch: "
+                    f"{check.error}",
+                )
+        if self.memory is not None:
+            verdict = self.memory.check(engine_argv)
+            if not verdict.feasible:
+                log.info("trial %d: does not fit: %s", number, "; ".join(verdict.reasons))
+                return TrialOutcome(
+                    status=TrialStatus.INFEASIBLE,
+                    command=command,
+                    failure="does_not_fit",
+                    reason="does not fit before launch: " + "; ".join(verdict.reasons),
+                    memory={"estimate": asdict(verdict.estimate)} if verdict.estimate else {},
+                )
+        return None
 
     async def _measure(
         self, engine: EngineProcess

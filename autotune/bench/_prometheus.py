@@ -32,7 +32,10 @@ def parse_metrics(text: str) -> MetricsSnapshot:
                 continue
             if "le" in s.labels or "quantile" in s.labels:
                 continue  # histogram buckets: only _sum and _count are kept
-            values[s.name] += s.value
+            if family.type == "gauge":  # a level, not a count: several engines report the highest
+                values[s.name] = max(values.get(s.name, s.value), s.value)
+            else:
+                values[s.name] += s.value
             if s.name == "vllm:prompt_tokens_cached_by_source_total":
                 by_source[s.labels.get("source", "")] += s.value
     return MetricsSnapshot(values=dict(values), cached_by_source=dict(by_source))

@@ -28,12 +28,34 @@ CPU_LAUNCHER: tuple[str, ...] = (sys.executable, "-m", "vllm.entrypoints.openai.
 _SECRET_FLAGS = {"--api-key"}
 
 
+def _split_item(item: str) -> list[str]:
+    """One ``--engine-arg`` value into tokens. ``--x=VALUE`` and ``--x VALUE`` keep VALUE whole
+    (JSON stays JSON); several flags in one item (``--a 1 --b``) are split like a shell would."""
+    item = item.strip()
+    if not item.startswith("-"):
+        return [item]  # a value on its own (the previous item was its flag): kept whole
+    if item.startswith("--") and "=" in item.split(None, 1)[0]:
+        name, value = item.split("=", 1)
+        return [name, value]
+    parts = item.split(None, 1)
+    if len(parts) == 2 and parts[0].startswith("--") and not parts[1].lstrip().startswith("--"):
+        value = parts[1].strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        if " --" not in value or value.startswith("{"):
+            return [parts[0], value]
+    try:
+        return shlex.split(item)
+    except ValueError as exc:
+        raise ConfigError(f"--engine-arg: cannot read {item!r}: {exc} (fix: balance the quotes)") from exc
+
+
 def parse_engine_args(raw: Sequence[str]) -> tuple[tuple[str, str | None], ...]:
     """Normalise ``--engine-arg`` values (``--x=1``, ``--x 1``, ``--flag``) into (flag, value) pairs."""
     pairs: list[tuple[str, str | None]] = []
     tokens: list[str] = []
     for item in raw:
-        tokens.extend(shlex.split(item))
+        tokens.extend(_split_item(item))
     i = 0
     while i < len(tokens):
         tok = tokens[i]
@@ -52,12 +74,13 @@ def parse_engine_args(raw: Sequence[str]) -> tuple[tuple[str, str | None], ...]:
             pairs.append((tok, None))
             i += 1
     for name, _ in pairs:
-        if name in _SECRET_FLAGS:
+        canonical = name.replace("_", "-")  # vLLM reads --api_key as --api-key
+        if canonical in _SECRET_FLAGS:
             raise ConfigError(
                 f"--engine-arg: {name} would put a secret in argv "
                 "(fix: set VLLM_API_KEY in the environment, or pass --api-key-env NAME to autotune)"
             )
-        if name in ("--host", "--port", "--model"):
+        if canonical in ("--host", "--port", "--model"):
             raise ConfigError(f"--engine-arg: {name} is set by autotune (fix: remove it)")
     return tuple(pairs)
 

@@ -6,10 +6,10 @@ import re
 from dataclasses import dataclass
 from enum import Enum
 
-__all__ = ["FailureClass", "KvCapacity", "classify_failure", "parse_kv_capacity"]
+__all__ = ["FailureClass", "KvCapacity", "classify_failure", "failure_evidence", "parse_kv_capacity"]
 
 _KV_RE = re.compile(
-    r"(?P<dev>GPU|CPU|XPU|NPU|TPU) KV cache size: (?P<tokens>[\d,]+) tokens, "
+    r"(?P<dev>GPU|CPU|XPU|NPU|TPU)(?: \+ host)? KV cache size: (?P<tokens>[\d,]+) tokens, "
     r"Maximum concurrency for (?P<len>[\d,]+) tokens per request: (?P<conc>[\d.,]+)x"
 )
 
@@ -54,7 +54,8 @@ _PATTERNS: tuple[tuple[FailureClass, re.Pattern[str]], ...] = (
             r"error: unrecognized arguments|error: argument |: error: |"
             r"(?:ValueError|TypeError|pydantic[\w.]*ValidationError).*(?:must be|not supported|"
             r"Invalid|invalid|should be|is not a multiple|No common block size|only supported)|"
-            r"No common block size|validation error for",
+            r"No common block size|validation error for|is currently only supported on|"
+            r"is not supported on this platform",
         ),
     ),
     (
@@ -89,3 +90,15 @@ def classify_failure(log_text: str, *, exit_code: int | None, timed_out: bool = 
     if exit_code in (-9, 137):  # SIGKILL: usually the kernel's OOM killer
         return FailureClass.OUT_OF_MEMORY
     return FailureClass.CRASH
+
+
+_LOG_PREFIX = re.compile(r"^\((?:[\w ]+) pid=\d+\) (?:ERROR|WARNING|INFO) [\d-]+ [\d:]+ \[[^\]]+\] ")
+
+
+def failure_evidence(log_text: str) -> str | None:
+    """The first log line that explains a failure (the root cause, not the traceback's last frame)."""
+    for line in log_text.splitlines():
+        for _, pattern in _PATTERNS:
+            if pattern.search(line):
+                return _LOG_PREFIX.sub("", line).strip()[:300]
+    return None

@@ -18,7 +18,13 @@ import psutil
 
 from autotune.engine import _reaper
 from autotune.engine._launch import LaunchSpec, build_argv
-from autotune.engine._logscan import FailureClass, KvCapacity, classify_failure, parse_kv_capacity
+from autotune.engine._logscan import (
+    FailureClass,
+    KvCapacity,
+    classify_failure,
+    failure_evidence,
+    parse_kv_capacity,
+)
 from autotune.errors import EngineCrashed, EngineError, EngineStartError
 from autotune.space import RenderedConfig
 
@@ -124,8 +130,9 @@ class EngineProcess:
             if timed_out
             else f"exited with code {code} before it was healthy"
         )
+        evidence = failure_evidence(text)
         raise EngineStartError(
-            f"vLLM {why} ({failure.value}); log: {self.log_path}",
+            f"vLLM {why} ({failure.value}{': ' + evidence if evidence else ''}); log: {self.log_path}",
             failure=failure.value,
             log_tail=self.log_tail(),
             log_path=str(self.log_path),
@@ -139,8 +146,10 @@ class EngineProcess:
         if code is not None:
             text = self.log_text()
             failure = classify_failure(text, exit_code=code)
+            evidence = failure_evidence(text)
             raise EngineCrashed(
-                f"vLLM died during the run with exit code {code} ({failure.value}); log: {self.log_path}",
+                f"vLLM died during the run with exit code {code} "
+                f"({failure.value}{': ' + evidence if evidence else ''}); log: {self.log_path}",
                 failure=failure.value,
                 log_tail=self.log_tail(),
                 log_path=str(self.log_path),

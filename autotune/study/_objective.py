@@ -53,9 +53,10 @@ class Objective:
 
     def __post_init__(self) -> None:
         _check_metric(self.metric, "--objective")
-        if self.metric == "goodput" and not self.slos_ms:
+        if self.metric == "goodput" and not self.request_slos:
             raise ConfigError(
-                "--objective goodput needs at least one --slo (fix: add e.g. --slo ttft_p90=800ms)"
+                "--objective goodput needs a per-request --slo on ttft, tpot or e2el "
+                "(fix: add e.g. --slo ttft_p90=800ms; itl SLOs do not define goodput)"
             )
 
     @property
@@ -77,12 +78,26 @@ class Objective:
         return 1e12 if self.direction == "minimize" else -1e12
 
     def constraint_names(self) -> list[str]:
-        return ["throughput_vs_baseline", "failed_requests", *(f"slo:{k}" for k in self.slos_ms), "feasible"]
+        return [
+            "throughput_vs_baseline",
+            "failed_requests",
+            *(f"slo:{k}" for k in self.slos_ms),
+            "launched",
+            "memory",
+        ]
 
     def constraints(
-        self, figures: Mapping[str, Any] | None, baseline_throughput: float | None, *, feasible: bool = True
+        self,
+        figures: Mapping[str, Any] | None,
+        baseline_throughput: float | None,
+        *,
+        feasible: bool = True,
+        memory_violations: int = 0,
     ) -> list[float]:
-        """Optuna constraint values (<= 0 is met), in :meth:`constraint_names` order."""
+        """Optuna constraint values (<= 0 is met), in :meth:`constraint_names` order.
+
+        ``feasible``: the trial ran and was measured; ``memory_violations``: memory constraints
+        it broke while it ran (host swapping makes a trial infeasible whatever its latency)."""
         n = len(self.constraint_names())
         if figures is None or not feasible:
             return [1.0] * n
@@ -102,6 +117,7 @@ class Objective:
             else:
                 out.append((float(value) - limit) / limit)
         out.append(0.0)
+        out.append(float(memory_violations))
         return out
 
     @staticmethod

@@ -150,7 +150,9 @@ def run_study(
         trial.set_user_attr("rendered_env", dict(rendered.env))
         baseline_tput = None if is_baseline else _baseline_throughput(study)
         feasible = outcome.status == TrialStatus.OK
-        constraints = objective.constraints(record["figures"], baseline_tput, feasible=feasible)
+        constraints = objective.constraints(
+            record["figures"], baseline_tput, feasible=feasible, memory_violations=len(outcome.violations)
+        )
         trial.set_user_attr("constraints", constraints)
         trial.set_user_attr("constraint_names", objective.constraint_names())
         for cname, cvalue in zip(objective.constraint_names(), constraints, strict=True):

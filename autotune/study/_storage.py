@@ -18,11 +18,16 @@ __all__ = ["STORAGE_ENV", "open_storage", "redact_url", "resolve_storage_url"]
 STORAGE_ENV = "AUTOTUNE_STORAGE"
 
 
+_SECRET_QUERY_KEYS = {"password", "passwd", "pwd", "sslpassword"}
+
+
 def redact_url(url: str) -> str:
     try:
-        return make_url(url).render_as_string(hide_password=True)
+        parsed = make_url(url)
     except ArgumentError:
         return "<unparseable storage URL>"
+    query = {k: ("***" if k.lower() in _SECRET_QUERY_KEYS else v) for k, v in parsed.query.items()}
+    return parsed.set(query=query).render_as_string(hide_password=True)
 
 
 def resolve_storage_url(storage: str | None, study_name: str, studies_dir: Path) -> str:
@@ -35,7 +40,7 @@ def resolve_storage_url(storage: str | None, study_name: str, studies_dir: Path)
                 f"--storage: {storage!r} is not a SQLAlchemy URL (fix: e.g. sqlite:///studies/x.db or "
                 "postgresql+psycopg://user@host/db)"
             ) from exc
-        if url.password:
+        if url.password or any(k.lower() in _SECRET_QUERY_KEYS for k in url.query):
             raise StorageError(
                 f"--storage: {redact_url(storage)} carries a password, which other users could read in argv "
                 f"(fix: drop it from the URL and set PGPASSWORD, or put the whole URL in ${STORAGE_ENV})"

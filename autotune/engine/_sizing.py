@@ -1,0 +1,95 @@
+"""Read the memory-relevant settings out of a vLLM command line, with vLLM's defaults filled in."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from autotune.errors import ConfigError
+
+__all__ = ["EngineSizing", "parse_size", "sizing_from_argv"]
+
+_SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([KMGTkmgt]?)(i?[Bb])?\s*$")
+_BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+_DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+
+
+def parse_size(text: str) -> int:
+    """vLLM's human-readable sizes: ``64M`` = 64 MiB (upper case binary), ``50m`` = 50 MB, ``123`` bytes."""
+    m = _SIZE_RE.match(text)
+    if not m:
+        raise ConfigError(f"cannot read the size {text!r} (fix: write bytes, or a number with K, M, G or T)")
+    number, unit = float(m[1]), m[2]
+    mult = _BINARY.get(unit) or _DECIMAL.get(unit) or 1
+    return int(number * mult)
+
+
+@dataclass(frozen=True)
+class EngineSizing:
+    platform: Literal["cuda", "cpu"]
+    gpu_memory_utilization: float
+    kv_cache_memory_bytes: int | None
+    max_model_len: int | None  # None: the model's own maximum
+    block_size: int
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    offload_bytes: int
+    enforce_eager: bool
+    kv_cache_dtype: str
+
+
+def _flags(argv: Sequence[str]) -> dict[str, str | None]:
+    out: dict[str, str | None] = {}
+    i = 0
+    while i < len(argv):
+        tok = argv[i]
+        if tok.startswith("--"):
+            name, eq, val = tok.partition("=")
+            if eq:
+                out[name] = val
+            elif i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+                out[name] = argv[i + 1]
+                i += 1
+            else:
+                out[name] = None
+        i += 1
+    return out
+
+
+def sizing_from_argv(argv: Sequence[str], platform: Literal["cuda", "cpu"]) -> EngineSizing:
+    f = _flags(argv)
+
+    def num(name: str, default: float) -> float:
+        value = f.get(name)
+        return float(value) if value not in (None, "") else default
+
+    offload = 0
+    if f.get("--kv-offloading-size"):
+        offload = int(float(f["--kv-offloading-size"] or 0) * 2**30)
+    ktc = f.get("--kv-transfer-config")
+    if ktc:
+        try:
+            extra = json.loads(ktc).get("kv_connector_extra_config") or {}
+        except (ValueError, AttributeError):
+            extra = {}
+        if "cpu_bytes_to_use" in extra:
+            offload = max(offload, int(extra["cpu_bytes_to_use"]))
+        if "cpu_swap_space_gb" in extra:
+            offload = max(offload, int(float(extra["cpu_swap_space_gb"]) * 2**30))
+    kv_bytes = f.get("--kv-cache-memory-bytes")
+    cpu = platform == "cpu"
+    return EngineSizing(
+        platform=platform,
+        gpu_memory_utilization=num("--gpu-memory-utilization", 0.92),
+        kv_cache_memory_bytes=parse_size(kv_bytes) if kv_bytes else None,
+        max_model_len=int(num("--max-model-len", 0)) or None,
+        block_size=int(num("--block-size", 128 if cpu else 16)),
+        max_num_batched_tokens=int(num("--max-num-batched-tokens", 2048 if cpu else 8192)),
+        max_num_seqs=int(num("--max-num-seqs", 128 if cpu else 1024)),
+        offload_bytes=offload,
+        enforce_eager="--enforce-eager" in f,
+        kv_cache_dtype=f.get("--kv-cache-dtype") or "auto",
+    )

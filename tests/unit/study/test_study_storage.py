@@ -1,0 +1,70 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import optuna
+import pytest
+
+from autotune.errors import StorageError
+from autotune.study import STORAGE_ENV, open_storage, redact_url, resolve_storage_url
+
+
+@pytest.fixture(autouse=True)
+def _no_storage_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(STORAGE_ENV, raising=False)
+
+
+def test_default_is_a_sqlite_file_per_study_under_the_studies_dir(tmp_path: Path) -> None:
+    studies = tmp_path / "studies"
+    url = resolve_storage_url(None, "my-study", studies)
+    assert url == f"sqlite:///{(studies / 'my-study.db').resolve()}"
+    assert studies.is_dir()
+    # and it is a storage Optuna can use
+    optuna.create_study(storage=open_storage(url), study_name="my-study")
+    assert (studies / "my-study.db").is_file()
+
+
+def test_environment_variable_is_used_when_no_storage_is_given(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(STORAGE_ENV, "postgresql+psycopg://tuner:pw@db.internal/studies")
+    assert resolve_storage_url(None, "s", tmp_path) == "postgresql+psycopg://tuner:pw@db.internal/studies"
+    # an explicit --storage wins over the environment
+    assert resolve_storage_url("sqlite:///x.db", "s", tmp_path) == "sqlite:///x.db"
+
+
+def test_storage_url_with_a_password_is_refused_without_echoing_it(tmp_path: Path) -> None:
+    with pytest.raises(StorageError) as info:
+        resolve_storage_url("postgresql+psycopg://tuner:hunter2@db.internal/studies", "s", tmp_path)
+    message = str(info.value)
+    assert "hunter2" not in message
+    assert STORAGE_ENV in message
+
+
+def test_storage_url_with_a_password_query_parameter_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(StorageError):
+        resolve_storage_url("postgresql+psycopg://tuner@db.internal/studies?password=hunter2", "s", tmp_path)
+
+
+def test_storage_url_without_a_password_is_accepted(tmp_path: Path) -> None:
+    url = "postgresql+psycopg://tuner@db.internal/studies"
+    assert resolve_storage_url(url, "s", tmp_path) == url
+
+
+def test_unparseable_storage_url_is_a_storage_error(tmp_path: Path) -> None:
+    with pytest.raises(StorageError, match="not a SQLAlchemy URL"):
+        resolve_storage_url("not a url", "s", tmp_path)
+
+
+def test_redact_url_hides_the_password() -> None:
+    redacted = redact_url("postgresql+psycopg://tuner:hunter2@db.internal:5432/studies")
+    assert "hunter2" not in redacted
+    assert "tuner" in redacted and "db.internal" in redacted
+    assert redact_url("sqlite:////tmp/x.db") == "sqlite:////tmp/x.db"
+    assert "hunter2" not in redact_url("::hunter2::")
+
+
+def test_open_storage_failure_is_a_storage_error_without_the_password() -> None:
+    with pytest.raises(StorageError) as info:
+        open_storage("nosuchdriver://tuner:hunter2@host/db")
+    assert "hunter2" not in str(info.value)
