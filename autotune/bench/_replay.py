@@ -184,9 +184,8 @@ async def replay(
             if on_done is not None:
                 on_done(timing)
             outputs.append(text)
-            ready = max(ready, time.perf_counter() - t0) + (
-                turns[i + 1].think_time if i + 1 < len(turns) else 0
-            )
+            think = turns[i + 1].think_time / arrival.speed if i + 1 < len(turns) else 0.0
+            ready = max(ready, time.perf_counter() - t0) + think
 
     if offsets is not None:
         await asyncio.gather(*(run_session(s, float(o)) for s, o in zip(sessions, offsets, strict=True)))
