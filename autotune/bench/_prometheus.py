@@ -11,6 +11,13 @@ from prometheus_client.parser import text_string_to_metric_families
 
 __all__ = ["MetricsDelta", "MetricsSnapshot", "parse_metrics", "scrape_metrics"]
 
+# Cached prompt tokens by where they came from. vLLM >= 0.3x: ``prompt_tokens_cached_by_source``
+# with source device|host|...; vLLM 0.26: ``prompt_tokens_by_source`` with source
+# local_compute|local_cache_hit|external_kv_transfer (a CPU-offload hit is an external transfer).
+_BY_SOURCE = {"vllm:prompt_tokens_cached_by_source_total", "vllm:prompt_tokens_by_source_total"}
+_HOST_SOURCES = ("host", "external_kv_transfer")
+_DEVICE_SOURCES = ("device", "local_cache_hit")
+
 
 @dataclass(frozen=True)
 class MetricsSnapshot:
@@ -36,7 +43,7 @@ def parse_metrics(text: str) -> MetricsSnapshot:
                 values[s.name] = max(values.get(s.name, s.value), s.value)
             else:
                 values[s.name] += s.value
-            if s.name == "vllm:prompt_tokens_cached_by_source_total":
+            if s.name in _BY_SOURCE:
                 by_source[s.labels.get("source", "")] += s.value
     return MetricsSnapshot(values=dict(values), cached_by_source=dict(by_source))
 
@@ -97,10 +104,8 @@ class MetricsDelta:
             prefix_cache_hits=d("vllm:prefix_cache_hits_total"),
             external_prefix_cache_queries=d("vllm:external_prefix_cache_queries_total"),
             external_prefix_cache_hits=d("vllm:external_prefix_cache_hits_total"),
-            host_cached_tokens=after.cached_by_source.get("host", 0.0)
-            - before.cached_by_source.get("host", 0.0),
-            device_cached_tokens=after.cached_by_source.get("device", 0.0)
-            - before.cached_by_source.get("device", 0.0),
+            host_cached_tokens=_sources(after, _HOST_SOURCES) - _sources(before, _HOST_SOURCES),
+            device_cached_tokens=_sources(after, _DEVICE_SOURCES) - _sources(before, _DEVICE_SOURCES),
             prompt_tokens=d("vllm:prompt_tokens_total"),
             preemptions=d("vllm:num_preemptions_total"),
             offload_load_bytes=d("vllm:kv_offload_load_bytes_total"),
@@ -108,3 +113,7 @@ class MetricsDelta:
             server_ttft_mean_ms=(ttft_sum / ttft_n * 1000.0) if ttft_n else None,
             kv_cache_usage_end=float(usage) if usage is not None else None,
         )
+
+
+def _sources(snap: MetricsSnapshot, names: tuple[str, ...]) -> float:
+    return sum(snap.cached_by_source.get(n, 0.0) for n in names)

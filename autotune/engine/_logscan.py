@@ -8,10 +8,9 @@ from enum import Enum
 
 __all__ = ["FailureClass", "KvCapacity", "classify_failure", "failure_evidence", "parse_kv_capacity"]
 
-_KV_RE = re.compile(
-    r"(?P<dev>GPU|CPU|XPU|NPU|TPU)(?: \+ host)? KV cache size: (?P<tokens>[\d,]+) tokens, "
-    r"Maximum concurrency for (?P<len>[\d,]+) tokens per request: (?P<conc>[\d.,]+)x"
-)
+# vLLM >= 0.3x prints one line; 0.26 prints the size and the concurrency on two lines.
+_KV_RE = re.compile(r"(?P<dev>GPU|CPU|XPU|NPU|TPU)(?: \+ host)? KV cache size: (?P<tokens>[\d,]+) tokens")
+_CONC_RE = re.compile(r"Maximum concurrency for (?P<len>[\d,]+) tokens per request: (?P<conc>[\d.,]+)x")
 
 
 class FailureClass(str, Enum):
@@ -33,16 +32,18 @@ class KvCapacity:
 
 
 def parse_kv_capacity(text: str) -> KvCapacity | None:
-    """The last ``GPU|CPU KV cache size: N tokens, Maximum concurrency ...`` line in ``text``."""
+    """The last ``GPU|CPU KV cache size: N tokens`` line and the concurrency line that follows it
+    (on the same line in recent vLLM, on the next one in 0.26)."""
     matches = list(_KV_RE.finditer(text))
     if not matches:
         return None
     m = matches[-1]
+    conc = _CONC_RE.search(text, m.end())
     return KvCapacity(
         device=m["dev"],
         tokens=int(m["tokens"].replace(",", "")),
-        max_model_len=int(m["len"].replace(",", "")),
-        max_concurrency=float(m["conc"].replace(",", "")),
+        max_model_len=int(conc["len"].replace(",", "")) if conc else 0,
+        max_concurrency=float(conc["conc"].replace(",", "")) if conc else 0.0,
     )
 
 

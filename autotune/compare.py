@@ -1,0 +1,133 @@
+"""Re-measure two configurations side by side: A B A B ..., each in a fresh vLLM.
+
+The machine drifts (other jobs, thermals), so absolute times from different moments do not
+compare; alternating the arms and reporting the ratio of their medians does. Used to check
+that an exported config's gain over vLLM's defaults holds outside the study.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from autotune.errors import ConfigError
+from autotune.outcome import Evaluator, TrialOutcome, TrialStatus
+from autotune.space import RenderedConfig
+
+__all__ = ["ArmSummary", "Comparison", "compare_configs", "config_to_args"]
+
+_FIGURES = ("ttft_p50", "ttft_p90", "tpot_p50", "output_throughput", "goodput")
+
+
+def config_to_args(path: Path) -> tuple[str, list[str]]:
+    """A ``vllm serve --config`` YAML -> (model or "", argv without the model), as vLLM reads it."""
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"{path}: cannot read the config: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a vLLM config is a mapping of flag names to values")
+    import json
+
+    model = str(data.pop("model", "") or "")
+    argv: list[str] = []
+    for key, value in data.items():
+        flag = "--" + str(key).replace("_", "-")
+        if isinstance(value, bool):
+            if value:
+                argv.append(flag)
+            else:
+                argv.append("--no-" + flag[2:])
+        elif isinstance(value, dict):
+            argv += [flag, json.dumps(value)]
+        elif isinstance(value, list):
+            argv += [flag, *(str(v) for v in value)]
+        else:
+            argv += [flag, str(value)]
+    return model, argv
+
+
+@dataclass(frozen=True)
+class ArmSummary:
+    name: str
+    args: tuple[str, ...]
+    runs: tuple[Mapping[str, Any], ...]  # trial records, in measurement order
+    figures: Mapping[str, Sequence[float]] = field(default_factory=dict)  # figure -> one value per run
+
+    def median(self, name: str) -> float | None:
+        vals = self.figures.get(name) or []
+        return statistics.median(vals) if vals else None
+
+    def spread(self, name: str) -> tuple[float, float] | None:
+        vals = self.figures.get(name) or []
+        return (min(vals), max(vals)) if vals else None
+
+
+@dataclass(frozen=True)
+class Comparison:
+    a: ArmSummary
+    b: ArmSummary
+
+    def ratio(self, name: str) -> float | None:
+        """B's median over A's median."""
+        ma, mb = self.a.median(name), self.b.median(name)
+        return mb / ma if ma and mb is not None else None
+
+    def as_dict(self) -> dict[str, Any]:
+        def arm(s: ArmSummary) -> dict[str, Any]:
+            return {
+                "name": s.name,
+                "args": list(s.args),
+                "median": {f: s.median(f) for f in s.figures},
+                "spread": {f: s.spread(f) for f in s.figures},
+                "values": {f: list(v) for f, v in s.figures.items()},
+                "failed_runs": sum(r.get("status") != "ok" for r in s.runs),
+            }
+
+        return {"a": arm(self.a), "b": arm(self.b), "ratio_b_over_a": {f: self.ratio(f) for f in _FIGURES}}
+
+
+def _figures(outcome: TrialOutcome) -> dict[str, float]:
+    f = outcome.figures
+    if outcome.status != TrialStatus.OK or f is None:
+        return {}
+    out = {name: f.metric(name) for name in _FIGURES if name != "goodput"}
+    if f.goodput is not None:
+        out["goodput"] = f.goodput
+    if outcome.metrics is not None and outcome.metrics.prefix_hit_rate is not None:
+        out["prefix_hit_rate"] = outcome.metrics.prefix_hit_rate
+    return out
+
+
+def compare_configs(
+    evaluator: Evaluator,
+    arms: Sequence[tuple[str, Sequence[str]]],
+    *,
+    rounds: int,
+    on_run: Callable[[str, int, TrialOutcome], None] | None = None,
+) -> Comparison:
+    """Measure arm A and arm B alternately ``rounds`` times each (A B A B ...)."""
+    if len(arms) != 2 or rounds < 1:
+        raise ConfigError("compare needs exactly two configurations and --rounds >= 1")
+    runs: dict[str, list[Mapping[str, Any]]] = {name: [] for name, _ in arms}
+    figs: dict[str, dict[str, list[float]]] = {name: {} for name, _ in arms}
+    n = 0
+    for r in range(rounds):
+        for name, args in arms:
+            outcome = evaluator(n, RenderedConfig(args=tuple(args)))
+            n += 1
+            runs[name].append(outcome.record())
+            for key, value in _figures(outcome).items():
+                figs[name].setdefault(key, []).append(value)
+            if on_run is not None:
+                on_run(name, r, outcome)
+    (na, aa), (nb, ab) = arms
+    return Comparison(
+        a=ArmSummary(na, tuple(aa), tuple(runs[na]), figs[na]),
+        b=ArmSummary(nb, tuple(ab), tuple(runs[nb]), figs[nb]),
+    )
