@@ -7,6 +7,7 @@ into the estimator's input, and a run's memory peaks into constraint violations.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -92,6 +93,27 @@ class MemoryGuard:
     @staticmethod
     def peak_record(peak: MemoryPeak) -> dict[str, Any]:
         return asdict(peak)
+
+    def gpu_used(self) -> int | None:
+        """Bytes used on all visible GPUs now (None without a GPU)."""
+        gpus = read_machine_facts(self.probe).gpus
+        return sum(g.used for g in gpus) if gpus else None
+
+    def wait_gpu_released(
+        self, before: int | None, *, timeout_s: float = 60.0, slack: int = 512 * 2**20
+    ) -> float:
+        """After a stop, wait until GPU memory is back to where it was before the start (seconds
+        waited). A trial must not start while the previous engine's memory is still held."""
+        if before is None:
+            return 0.0
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < timeout_s:
+            used = self.gpu_used()
+            if used is None or used <= before + slack:
+                return time.monotonic() - t0
+            time.sleep(0.5)
+        log.warning("GPU memory not released %.0f s after the engine stopped", timeout_s)
+        return time.monotonic() - t0
 
 
 OFFLOAD_FLAGS = ("--kv-offloading-size",)

@@ -62,6 +62,7 @@ class VllmEvaluator:
         rejected = self._reject_before_launch(number, command, engine_argv)
         if rejected is not None:
             return rejected
+        gpu_before = self.memory.gpu_used() if self.memory is not None else None
         t_start = time.monotonic()
         sampler: MemorySampler | None = None
         peak: dict[str, Any] = {}
@@ -91,6 +92,8 @@ class VllmEvaluator:
             if sampler is not None:
                 peak.update(MemoryGuard.peak_record(sampler.stop()))
             engine.stop()  # also on Ctrl-C and on any error: no vLLM outlives its trial
+            if self.memory is not None:
+                self.memory.wait_gpu_released(gpu_before)
             teardown = time.monotonic() - t_stop
         violations: tuple[str, ...] = ()
         if self.memory is not None and sampler is not None:

@@ -1,0 +1,48 @@
+"""The trial loop's memory seam: rendered commands -> estimator input; GPU memory released."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from autotune.engine._sizing import parse_size, sizing_from_argv
+from autotune.memory import GiB, GpuMemory, GpuReading
+from autotune.memory_guard import MemoryGuard
+from tests.unit.memory.conftest import FakeProbe
+
+TINY = Path(__file__).resolve().parents[1] / "data" / "model_configs" / "tiny-llama-2layer.json"
+
+
+class DrainingGpu(FakeProbe):
+    """A GPU whose memory drops by 10 GiB per reading, from 40 GiB to 0 (a process exiting)."""
+
+    def gpus(self) -> GpuReading:
+        self.swap_calls += 1
+        used = max(0, 40 - 10 * self.swap_calls) * GiB
+        return GpuReading(gpus=(GpuMemory(0, "H200", 140 * GiB, 140 * GiB - used, used),))
+
+
+def _guard(tmp_path: Path, probe: FakeProbe) -> MemoryGuard:
+    (tmp_path / "config.json").write_text(TINY.read_text())
+    guard = MemoryGuard.for_model(str(tmp_path), "cuda", probe=probe)
+    assert guard is not None
+    return guard
+
+
+def test_next_trial_waits_until_gpu_memory_is_back(tmp_path: Path) -> None:
+    guard = _guard(tmp_path, DrainingGpu())
+    waited = guard.wait_gpu_released(0, timeout_s=10)
+    assert 0 < waited < 10
+    assert guard.gpu_used() == 0
+
+
+def test_sizes_and_vllm_defaults_come_out_of_the_command() -> None:
+    assert parse_size("64M") == 64 * 2**20 and parse_size("50m") == 50_000_000 and parse_size("1G") == GiB
+    s = sizing_from_argv(["m", "--kv-offloading-size", "16", "--block-size=32", "--enforce-eager"], "cuda")
+    assert s.offload_bytes == 16 * GiB and s.block_size == 32 and s.enforce_eager
+    assert s.gpu_memory_utilization == 0.92 and s.max_num_batched_tokens == 8192
+    cpu = sizing_from_argv(["--kv-cache-memory-bytes", "32M"], "cpu")
+    assert cpu.kv_cache_memory_bytes == 32 * 2**20 and cpu.block_size == 128
+    ascend = sizing_from_argv(
+        ["--kv-transfer-config", '{"kv_connector_extra_config": {"cpu_swap_space_gb": 8}}'], "cuda"
+    )
+    assert ascend.offload_bytes == 8 * GiB
