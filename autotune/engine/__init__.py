@@ -7,26 +7,47 @@ from autotune.engine._launch import CPU_LAUNCHER, GPU_LAUNCHER, LaunchSpec, buil
 from autotune.engine._logscan import FailureClass, KvCapacity, classify_failure, parse_kv_capacity
 from autotune.engine._platform import default_launcher, installed_build
 from autotune.engine._process import EngineProcess, free_port, port_is_free
+from autotune.engine._profiles import (
+    EngineProfile,
+    InstalledEngine,
+    build_profile,
+    default_space_path,
+    detect_profile,
+    installed_engine,
+    select_profile,
+    supported_knobs,
+)
 from autotune.engine._reaper import install_signal_handlers, live_count, stop_all
+from autotune.engine._shm import CleanReport, clean_stale_shm
 
 __all__ = [
     "CPU_LAUNCHER",
     "GPU_LAUNCHER",
     "ArgCheck",
+    "CleanReport",
     "EngineProcess",
+    "EngineProfile",
     "FailureClass",
+    "InstalledEngine",
     "KvCapacity",
     "LaunchSpec",
     "VllmArgChecker",
     "build_argv",
+    "build_profile",
     "classify_failure",
+    "clean_stale_shm",
     "default_launcher",
+    "default_space_path",
+    "detect_profile",
     "free_port",
     "install_signal_handlers",
     "installed_build",
+    "installed_engine",
     "live_count",
     "parse_engine_args",
     "parse_kv_capacity",
     "port_is_free",
+    "select_profile",
     "stop_all",
+    "supported_knobs",
 ]

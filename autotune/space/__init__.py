@@ -3,7 +3,20 @@
 from __future__ import annotations
 
 from autotune.space._load import load_search_space
-from autotune.space._model import Condition, Parameter, SearchSpace
+from autotune.space._model import PROFILE_NAMES, Condition, Parameter, RenderTarget, SearchSpace
+from autotune.space._profile import EngineProfileLike, apply_profile, describe_target
 from autotune.space._render import RenderedConfig, render_values
 
-__all__ = ["Condition", "Parameter", "RenderedConfig", "SearchSpace", "load_search_space", "render_values"]
+__all__ = [
+    "PROFILE_NAMES",
+    "Condition",
+    "EngineProfileLike",
+    "Parameter",
+    "RenderTarget",
+    "RenderedConfig",
+    "SearchSpace",
+    "apply_profile",
+    "describe_target",
+    "load_search_space",
+    "render_values",
+]

@@ -20,9 +20,12 @@ __all__ = ["load_search_space"]
 def _line_of(node: yaml.Node | None, path: tuple[Any, ...]) -> int | None:
     """1-based line of the YAML node at ``path`` (or of its nearest existing parent)."""
     line = node.start_mark.line + 1 if node is not None else None
-    for key in path:
+    for depth, key in enumerate(path):
         if isinstance(node, yaml.MappingNode):
-            nxt = next((v for k, v in node.value if getattr(k, "value", None) == str(key)), None)
+            pair = next(((k, v) for k, v in node.value if getattr(k, "value", None) == str(key)), None)
+            if pair is not None and path[-1] == "[key]" and depth == len(path) - 2:
+                return int(pair[0].start_mark.line) + 1  # a bad mapping key: the key's own line
+            nxt = pair[1] if pair is not None else None
         elif isinstance(node, yaml.SequenceNode) and isinstance(key, int) and key < len(node.value):
             nxt = node.value[key]
         else:
@@ -70,7 +73,7 @@ def load_search_space(path: Path) -> SearchSpace:
     except ValidationError as exc:
         err = exc.errors()[0]
         loc = tuple(err["loc"])
-        key = ".".join(str(p) for p in loc) or "(top level)"
+        key = ".".join(str(p) for p in loc if p != "[key]") or "(top level)"
         line = _line_of(root, loc)
         where = f":{line}" if line is not None else ""
         msg = err["msg"].removeprefix("Value error, ")

@@ -1,9 +1,14 @@
 """Search spaces as data: the validated model of ``search_spaces/*.yaml``.
 
 A space lists parameters. Each is tunable (int, float, categorical, bool) or declared
-``unsupported`` on the space's platform with the reason, and says how it reaches vLLM:
-a command-line ``flag``, an environment variable ``env``, or a field of a JSON-valued flag
-(``json_flag`` + ``json_path``). ``condition`` makes a parameter depend on another one.
+``unsupported`` with the reason, and says how it reaches vLLM: a command-line ``flag``, an
+environment variable ``env``, or a field of a JSON-valued flag (``json_flag`` + ``json_path``).
+``condition`` makes a parameter depend on another one.
+
+A parameter may also carry ``render:``, one :class:`RenderTarget` per engine profile (how the
+same tuned value reaches that engine: another flag, a connector's JSON field, or ``unsupported``
+with the reason). :func:`autotune.space.apply_profile` resolves those into plain parameters,
+so everything downstream sees one target per parameter.
 """
 
 from __future__ import annotations
@@ -13,13 +18,37 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-__all__ = ["Condition", "Parameter", "SearchSpace"]
+__all__ = ["PROFILE_NAMES", "Condition", "Parameter", "ProfileName", "RenderTarget", "SearchSpace"]
 
 Scalar = int | float | str | bool
+# Engine profiles a ``render:`` mapping may name (see autotune/engine/_profiles.py).
+ProfileName = Literal["ascend", "cpu", "cuda-lmcache", "cuda-native"]
+PROFILE_NAMES: tuple[str, ...] = ("ascend", "cpu", "cuda-lmcache", "cuda-native")
+# A dotted path (``a.b.c``) or a list of keys, for keys that contain dots (``lmcache.chunk_size``).
+JsonPath = str | tuple[str, ...]
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def json_keys(path: JsonPath) -> tuple[str, ...]:
+    return tuple(path.split(".")) if isinstance(path, str) else tuple(path)
+
+
+def _check_target(
+    flag: str | None, env: str | None, json_flag: str | None, json_path: JsonPath | None, *, required: bool
+) -> None:
+    given = sum(x is not None for x in (flag, env, json_flag))
+    if given > 1 or (required and given == 0):
+        raise ValueError("give exactly one of 'flag', 'env' or 'json_flag' (with 'json_path')")
+    if (json_flag is None) != (json_path is None):
+        raise ValueError("'json_flag' and 'json_path' go together")
+    if json_path is not None and (not json_keys(json_path) or not all(json_keys(json_path))):
+        raise ValueError(f"json_path {json_path!r} has an empty key")
+    for name in (flag, json_flag):
+        if name is not None and not name.startswith("--"):
+            raise ValueError(f"flag {name!r} must start with '--'")
 
 
 class Condition(_Strict):
@@ -45,6 +74,33 @@ class Condition(_Strict):
         return not (self.one_of is not None and value not in self.one_of)
 
 
+class RenderTarget(_Strict):
+    """How a parameter reaches one engine profile: a target, or ``unsupported`` with the reason."""
+
+    flag: str | None = None
+    env: str | None = None
+    json_flag: str | None = None
+    json_path: JsonPath | None = None
+    format: str | None = None
+    json_base: dict[str, Any] | None = None
+    off_value: Scalar | None = None
+    unsupported: str | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> RenderTarget:
+        if self.unsupported is not None:
+            extra = [
+                k
+                for k in ("flag", "env", "json_flag", "json_path", "format", "json_base")
+                if getattr(self, k)
+            ]
+            if extra:
+                raise ValueError(f"an 'unsupported' entry takes no {', '.join(extra)}")
+            return self
+        _check_target(self.flag, self.env, self.json_flag, self.json_path, required=True)
+        return self
+
+
 class Parameter(_Strict):
     type: Literal["int", "float", "categorical", "bool"]
     description: str = ""
@@ -53,11 +109,12 @@ class Parameter(_Strict):
     step: float | None = None
     log: bool = False
     choices: tuple[Scalar, ...] | None = None
-    # How the value reaches vLLM (exactly one of flag / env / json_flag+json_path).
+    # How the value reaches vLLM (one of flag / env / json_flag+json_path). With ``render``, this
+    # is the default for profiles the mapping does not name; an unsupported parameter needs none.
     flag: str | None = None
     env: str | None = None
     json_flag: str | None = None
-    json_path: str | None = None
+    json_path: JsonPath | None = None
     format: str | None = Field(default=None, description="Python format string for the value, e.g. '{}M'")
     off_value: Scalar | None = Field(default=None, description="value that renders nothing (feature off)")
     json_base: dict[str, Any] | None = Field(
@@ -67,16 +124,19 @@ class Parameter(_Strict):
     # vLLM's own default (reported next to tuned values; the baseline trial omits the flag).
     default: Scalar | None = None
     unsupported: str | None = Field(default=None, description="why this platform cannot use it")
+    render: dict[ProfileName, RenderTarget] | None = Field(
+        default=None, description="per engine profile: how the value reaches that engine"
+    )
 
     @model_validator(mode="after")
     def _check(self) -> Parameter:
-        targets = [self.flag is not None, self.env is not None, self.json_flag is not None]
-        if sum(targets) != 1:
-            raise ValueError("give exactly one of 'flag', 'env' or 'json_flag' (with 'json_path')")
-        if (self.json_flag is None) != (self.json_path is None):
-            raise ValueError("'json_flag' and 'json_path' go together")
-        if self.flag is not None and not self.flag.startswith("--"):
-            raise ValueError(f"flag {self.flag!r} must start with '--'")
+        _check_target(
+            self.flag,
+            self.env,
+            self.json_flag,
+            self.json_path,
+            required=self.render is None and self.unsupported is None,
+        )
         if self.type in ("int", "float"):
             if self.low is None or self.high is None:
                 raise ValueError(f"type {self.type} needs 'low' and 'high'")
@@ -101,11 +161,44 @@ class Parameter(_Strict):
                 raise ValueError("type categorical takes 'choices', not low/high/step")
         elif self.type == "bool" and any(v is not None for v in (self.low, self.high, self.choices)):
             raise ValueError("type bool takes no low/high/choices")
+        self._check_off_value()
         return self
+
+    def _check_off_value(self) -> None:
+        """The "feature off" value must be a candidate the sampler can propose."""
+        off = self.off_value
+        if off is None:
+            return
+        if self.choices is not None and off not in self.choices:
+            raise ValueError(f"off_value {off!r} is not one of the choices {list(self.choices)} (add it)")
+        low, high = self.low, self.high
+        if low is None or high is None:
+            return
+        if not isinstance(off, int | float) or not low <= off <= high:
+            raise ValueError(f"off_value {off!r} is outside low..high ({low:g}..{high:g})")
+
+    @property
+    def has_target(self) -> bool:
+        return any(x is not None for x in (self.flag, self.env, self.json_flag))
+
+    @property
+    def json_keys(self) -> tuple[str, ...]:
+        return json_keys(self.json_path) if self.json_path is not None else ()
 
     @property
     def tunable(self) -> bool:
-        return self.unsupported is None
+        return self.unsupported is None and self.has_target
+
+    @property
+    def unsupported_reason(self) -> str | None:
+        if self.unsupported is not None:
+            return self.unsupported
+        if not self.has_target:
+            profiles = ", ".join(self.render or {})
+            return (
+                f"renders only through an engine profile ({profiles}): resolve the space with apply_profile"
+            )
+        return None
 
 
 class SearchSpace(_Strict):
@@ -137,4 +230,4 @@ class SearchSpace(_Strict):
 
     @property
     def unsupported(self) -> dict[str, str]:
-        return {k: v.unsupported for k, v in self.parameters.items() if v.unsupported is not None}
+        return {k: r for k, v in self.parameters.items() if (r := v.unsupported_reason) is not None}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -9,7 +10,7 @@ from typing import Any
 
 from autotune.space._model import Parameter, SearchSpace
 
-__all__ = ["RenderedConfig", "render_values"]
+__all__ = ["RenderedConfig", "merge_json", "render_values"]
 
 
 @dataclass(frozen=True)
@@ -35,11 +36,26 @@ def _json_value(p: Parameter, value: Any) -> Any:
     return _fmt(p, value) if p.format is not None else value
 
 
+def merge_json(into: dict[str, Any], base: Mapping[str, Any]) -> dict[str, Any]:
+    """Copy ``base``'s fields into ``into`` where ``into`` has none (nested objects merged); ``into``."""
+    for key, value in base.items():
+        if isinstance(value, Mapping) and isinstance(into.get(key), dict):
+            merge_json(into[key], value)
+        elif key not in into:
+            into[key] = copy.deepcopy(dict(value) if isinstance(value, Mapping) else value)
+    return into
+
+
 def render_values(space: SearchSpace, values: Mapping[str, Any]) -> RenderedConfig:
-    """Render ``values`` (tunable parameter name -> value; inactive ones absent) for vLLM."""
+    """Render ``values`` (tunable parameter name -> value; inactive ones absent) for vLLM.
+
+    Fields of one JSON-valued flag are merged into one argument, on top of every rendered
+    field's ``json_base`` (the connector's name and role, for instance).
+    """
     args: list[str] = []
     env: dict[str, str] = {}
     json_flags: dict[str, dict[str, Any]] = {}
+    bases: dict[str, list[Mapping[str, Any]]] = {}
     for name, p in space.tunable.items():
         if name not in values:
             continue
@@ -48,9 +64,11 @@ def render_values(space: SearchSpace, values: Mapping[str, Any]) -> RenderedConf
             continue
         if p.env is not None:
             env[p.env] = _fmt(p, value)
-        elif p.json_flag is not None and p.json_path is not None:
-            obj = json_flags.setdefault(p.json_flag, json.loads(json.dumps(p.json_base or {})))
-            *parents, leaf = p.json_path.split(".")
+        elif p.json_flag is not None:
+            obj = json_flags.setdefault(p.json_flag, {})
+            if p.json_base:
+                bases.setdefault(p.json_flag, []).append(p.json_base)
+            *parents, leaf = p.json_keys
             cur = obj
             for part in parents:
                 cur = cur.setdefault(part, {})
@@ -61,5 +79,7 @@ def render_values(space: SearchSpace, values: Mapping[str, Any]) -> RenderedConf
             else:
                 args.extend([p.flag, _fmt(p, value)])
     for flag, obj in json_flags.items():
+        for base in bases.get(flag, []):
+            merge_json(obj, base)
         args.extend([flag, json.dumps(obj, sort_keys=True)])
     return RenderedConfig(args=tuple(args), env=env)

@@ -63,7 +63,6 @@ def test_three_trial_study_on_real_vllm_exports_a_config_vllm_accepts(
     obj = Objective(metric="ttft_p90", min_throughput_ratio=0.5)
     study = load_or_create(f"sqlite:///{tmp_path / 'study.db'}", "real", obj, seed=7)
     # Trials 1 and 2 are pinned so that tuned values differ from the defaults and the export is checkable.
-    study.enqueue_trial({}, user_attrs={"baseline": True})
     study.enqueue_trial(
         {
             "kv_cache_memory_bytes": 16,

