@@ -14,7 +14,7 @@ import typer
 from rich.table import Table
 
 from autotune.bench import ArrivalSpec
-from autotune.cli import console, default_space_path, out
+from autotune.cli import console, out
 from autotune.errors import ConfigError
 from autotune.study import TrialReport
 
@@ -48,6 +48,13 @@ def run(
         Path, typer.Option("--workload", "-w", help="JSONL workload file (one request per line).")
     ],
     model: Annotated[str, typer.Option("--model", "-m", help="Model directory or name, as vLLM takes it.")],
+    profile: Annotated[
+        Optional[str],
+        typer.Option(
+            help="Engine profile: cuda-native, cuda-lmcache, ascend or cpu (how offload knobs reach the engine). "
+            "Default: detected from the installed vLLM (see autotune doctor)."
+        ),
+    ] = None,
     space: Annotated[
         Optional[Path],
         typer.Option(
@@ -147,14 +154,17 @@ def run(
     from autotune.engine import (
         LaunchSpec,
         VllmArgChecker,
+        clean_stale_shm,
         default_launcher,
         installed_build,
         parse_engine_args,
+        select_profile,
     )
+    from autotune.engine import default_space_path as profile_space_path
     from autotune.export import export_best
     from autotune.memory import read_machine_facts
     from autotune.memory_guard import MemoryGuard, clamp_space
-    from autotune.space import load_search_space
+    from autotune.space import apply_profile, load_search_space
     from autotune.study import (
         Objective,
         load_or_create,
@@ -175,8 +185,9 @@ def run(
     if sample is not None:
         wl = sample_workload(wl, sample, seed)
     build, version = installed_build()
-    space_path = space or default_space_path(build)
-    sp = load_search_space(space_path)
+    prof = select_profile(profile)
+    space_path = space or profile_space_path(prof)
+    sp = apply_profile(load_search_space(space_path), prof)
     slos = dict(parse_slo(s) for s in (slo or []))
     obj = Objective(metric=objective, min_throughput_ratio=min_throughput_ratio, slos_ms=slos)
     fixed = parse_engine_args(engine_arg or [])
@@ -201,9 +212,17 @@ def run(
     _log_to_file(sdir / "study.log")
     url = resolve_storage_url(storage, name, studies_dir)
     st = load_or_create(url, name, obj, seed)
+    previous = st.user_attrs.get("engine_profile")
+    if previous and previous != prof.name:
+        console.print(f"[yellow]study {name} ran with profile {previous}; this run uses {prof.name}[/yellow]")
+    st.set_user_attr("engine_profile", prof.name)
 
     for pname, reason in sp.unsupported.items():
-        console.print(f"[dim]not tuned on {sp.platform}: {pname}: {reason}[/dim]")
+        console.print(f"[dim]not tuned with profile {prof.name}: {pname}: {reason}[/dim]")
+    if prof.shm_patterns:
+        report = clean_stale_shm(prof.shm_patterns)
+        if report.removed:
+            console.print(report.summary())
     console.print(
         f"study [bold]{name}[/bold] in {redact_url(url)} | vLLM {version or '?'} ({build} build) | "
         f"space {space_path} | workload {workload} ({len(wl)} requests, {arrival.describe()}) | "
@@ -228,6 +247,8 @@ def run(
         slos_ms=obj.request_slos,
         arg_checker=checker,
         memory=guard,
+        host_sources=prof.cpu_hit_sources or ("host",),
+        shm_patterns=prof.shm_patterns,
     )
     done = {"n": 0}
 

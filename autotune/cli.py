@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 import shlex
 import sys
-from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -33,8 +32,6 @@ console = Console(stderr=True, highlight=False, width=_WIDTH)
 out = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
 _state: dict[str, bool] = {"verbose": False}
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-
 
 def _setup_logging(verbose: bool) -> None:
     _state["verbose"] = verbose
@@ -55,15 +52,6 @@ def _main(
     ] = False,
 ) -> None:
     _setup_logging(verbose)
-
-
-def default_space_path(build: str) -> Path:
-    name = "cpu.yaml" if build == "cpu" else "cuda.yaml"
-    for base in (Path.cwd(), REPO_ROOT):
-        candidate = base / "search_spaces" / name
-        if candidate.exists():
-            return candidate
-    return Path("search_spaces") / name
 
 
 def _register_subcommands() -> None:
@@ -127,4 +115,4 @@ def echo_command(argv: list[str]) -> str:
     return " ".join(shlex.quote(a) for a in argv)
 
 
-__all__ += ["console", "default_space_path", "out"]
+__all__ += ["console", "out"]

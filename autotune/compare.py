@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from autotune.errors import ConfigError
+from autotune.export import config_to_argv
 from autotune.outcome import Evaluator, TrialOutcome, TrialStatus
 from autotune.space import RenderedConfig
 
@@ -32,23 +33,8 @@ def config_to_args(path: Path) -> tuple[str, list[str]]:
         raise ConfigError(f"{path}: cannot read the config: {exc}") from exc
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: a vLLM config is a mapping of flag names to values")
-    import json
-
     model = str(data.pop("model", "") or "")
-    argv: list[str] = []
-    for key, value in data.items():
-        flag = "--" + str(key).replace("_", "-")
-        if isinstance(value, bool):
-            if value:
-                argv.append(flag)
-            else:
-                argv.append("--no-" + flag[2:])
-        elif isinstance(value, dict):
-            argv += [flag, json.dumps(value)]
-        elif isinstance(value, list):
-            argv += [flag, *(str(v) for v in value)]
-        else:
-            argv += [flag, str(value)]
+    argv = config_to_argv(data)
     return model, argv
 
 

@@ -66,7 +66,13 @@ class MemoryGuard:
 
     def check(self, engine_argv: Sequence[str]) -> FeasibilityVerdict:
         s = self.sizing(engine_argv)
-        shm_pool = s.offload_bytes if "CPUOffloadingConnector" in " ".join(engine_argv) else 0
+        # vllm-ascend's CPUOffloadingConnector and vLLM's native offload on CUDA both map their whole
+        # host pool from /dev/shm (cpu_kv_cache_*, vllm_offload_*.mmap); LMCache keeps it in the heap.
+        joined = " ".join(engine_argv)
+        in_shm = "CPUOffloadingConnector" in joined or (
+            "--kv-offloading-size" in joined and "lmcache" not in joined.lower() and self.platform == "cuda"
+        )
+        shm_pool = s.offload_bytes if in_shm else 0
         request = FeasibilityInput(
             shape=self.shape,
             weight_bytes=self.weights,

@@ -27,7 +27,7 @@ from autotune.bench import (
     warm_up,
 )
 from autotune.bench._replay import History
-from autotune.engine import EngineProcess, LaunchSpec, VllmArgChecker
+from autotune.engine import EngineProcess, LaunchSpec, VllmArgChecker, clean_stale_shm
 from autotune.errors import EngineCrashed, EngineStartError
 from autotune.memory import MemorySampler
 from autotune.memory_guard import MemoryGuard
@@ -54,6 +54,8 @@ class VllmEvaluator:
     request_timeout_s: float = 600.0
     arg_checker: VllmArgChecker | None = None  # vLLM's own parser, to reject bad flags before launch
     memory: MemoryGuard | None = None  # feasibility before launch, memory peaks during the run
+    host_sources: tuple[str, ...] = ("host",)  # /metrics labels of the profile's CPU-pool hits
+    shm_patterns: tuple[str, ...] = ()  # /dev/shm files the profile's pool may leave after a crash
 
     def __call__(self, number: int, rendered: RenderedConfig) -> TrialOutcome:
         engine = EngineProcess(self.spec, rendered, self.log_dir / f"trial-{number:04d}.log")
@@ -94,6 +96,8 @@ class VllmEvaluator:
             engine.stop()  # also on Ctrl-C and on any error: no vLLM outlives its trial
             if self.memory is not None:
                 self.memory.wait_gpu_released(gpu_before)
+            if self.shm_patterns:  # a crashed engine's pool files; files a live process holds stay
+                clean_stale_shm(self.shm_patterns)
             teardown = time.monotonic() - t_stop
         violations: tuple[str, ...] = ()
         if self.memory is not None and sampler is not None:
@@ -157,7 +161,7 @@ class VllmEvaluator:
             result = await replay(client, target, self.workload, self.arrival, history=self.history)
             after = await scrape_metrics(client, engine.base_url)
             t2 = time.monotonic()
-        metrics = MetricsDelta.between(before, after) if before and after else None
+        metrics = MetricsDelta.between(before, after, self.host_sources) if before and after else None
         figures = summarize(result.timings, result.duration_s, slos_ms=self.slos_ms or None)
         return figures, metrics, {"warmup": t1 - t0, "measure": t2 - t1}
 

@@ -4,19 +4,20 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 __all__ = ["MetricsDelta", "MetricsSnapshot", "parse_metrics", "scrape_metrics"]
 
-# Cached prompt tokens by where they came from. vLLM >= 0.3x: ``prompt_tokens_cached_by_source``
-# with source device|host|...; vLLM 0.26: ``prompt_tokens_by_source`` with source
-# local_compute|local_cache_hit|external_kv_transfer (a CPU-offload hit is an external transfer).
-_BY_SOURCE = {"vllm:prompt_tokens_cached_by_source_total", "vllm:prompt_tokens_by_source_total"}
-_HOST_SOURCES = ("host", "external_kv_transfer")
-_DEVICE_SOURCES = ("device", "local_cache_hit")
+# Cached prompt tokens by where they came from. vLLM >= 0.3x exports ``prompt_tokens_cached_by_source``
+# (device|host|p2p|disk|external_unspecified) and also ``prompt_tokens_by_source``; vLLM 0.26 only the
+# latter (local_compute|local_cache_hit|external_kv_transfer: a CPU-offload hit is an external
+# transfer). The first family is used when present, so no token is counted twice.
+_CACHED_BY_SOURCE = "vllm:prompt_tokens_cached_by_source_total"
+_PROMPT_BY_SOURCE = "vllm:prompt_tokens_by_source_total"
+DEFAULT_HOST_SOURCES = ("host",)
 
 
 @dataclass(frozen=True)
@@ -24,7 +25,10 @@ class MetricsSnapshot:
     """Sample values summed over label sets, keyed by sample name; ``by_source`` for cached tokens."""
 
     values: Mapping[str, float]
-    cached_by_source: Mapping[str, float]
+    cached_by_source: Mapping[str, float]  # vLLM >= 0.3x: device|host|...
+    prompt_by_source: Mapping[str, float] = field(
+        default_factory=dict
+    )  # local_cache_hit|external_kv_transfer
 
     def get(self, name: str) -> float:
         return float(self.values.get(name, 0.0))
@@ -33,6 +37,7 @@ class MetricsSnapshot:
 def parse_metrics(text: str) -> MetricsSnapshot:
     values: dict[str, float] = defaultdict(float)
     by_source: dict[str, float] = defaultdict(float)
+    prompt_source: dict[str, float] = defaultdict(float)
     for family in text_string_to_metric_families(text):
         for s in family.samples:
             if not s.name.startswith("vllm:") or s.name.endswith("_created"):
@@ -43,9 +48,13 @@ def parse_metrics(text: str) -> MetricsSnapshot:
                 values[s.name] = max(values.get(s.name, s.value), s.value)
             else:
                 values[s.name] += s.value
-            if s.name in _BY_SOURCE:
+            if s.name == _CACHED_BY_SOURCE:
                 by_source[s.labels.get("source", "")] += s.value
-    return MetricsSnapshot(values=dict(values), cached_by_source=dict(by_source))
+            elif s.name == _PROMPT_BY_SOURCE:
+                prompt_source[s.labels.get("source", "")] += s.value
+    return MetricsSnapshot(
+        values=dict(values), cached_by_source=dict(by_source), prompt_by_source=dict(prompt_source)
+    )
 
 
 async def scrape_metrics(client: httpx.AsyncClient, base_url: str) -> MetricsSnapshot | None:
@@ -92,7 +101,11 @@ class MetricsDelta:
         return d
 
     @staticmethod
-    def between(before: MetricsSnapshot, after: MetricsSnapshot) -> MetricsDelta:
+    def between(
+        before: MetricsSnapshot, after: MetricsSnapshot, host_sources: tuple[str, ...] = DEFAULT_HOST_SOURCES
+    ) -> MetricsDelta:
+        """``host_sources``: the ``cached_by_source`` labels of the engine profile's CPU pool hits."""
+
         def d(name: str) -> float:
             return after.get(name) - before.get(name)
 
@@ -104,8 +117,10 @@ class MetricsDelta:
             prefix_cache_hits=d("vllm:prefix_cache_hits_total"),
             external_prefix_cache_queries=d("vllm:external_prefix_cache_queries_total"),
             external_prefix_cache_hits=d("vllm:external_prefix_cache_hits_total"),
-            host_cached_tokens=_sources(after, _HOST_SOURCES) - _sources(before, _HOST_SOURCES),
-            device_cached_tokens=_sources(after, _DEVICE_SOURCES) - _sources(before, _DEVICE_SOURCES),
+            host_cached_tokens=_cached(after, host_sources, "external_kv_transfer")
+            - _cached(before, host_sources, "external_kv_transfer"),
+            device_cached_tokens=_cached(after, ("device",), "local_cache_hit")
+            - _cached(before, ("device",), "local_cache_hit"),
             prompt_tokens=d("vllm:prompt_tokens_total"),
             preemptions=d("vllm:num_preemptions_total"),
             offload_load_bytes=d("vllm:kv_offload_load_bytes_total"),
@@ -115,5 +130,7 @@ class MetricsDelta:
         )
 
 
-def _sources(snap: MetricsSnapshot, names: tuple[str, ...]) -> float:
-    return sum(snap.cached_by_source.get(n, 0.0) for n in names)
+def _cached(snap: MetricsSnapshot, sources: tuple[str, ...], fallback: str) -> float:
+    if snap.cached_by_source:
+        return sum(snap.cached_by_source.get(n, 0.0) for n in sources)
+    return snap.prompt_by_source.get(fallback, 0.0)

@@ -8,6 +8,7 @@ takes seconds, so one worker checks every command of a study in milliseconds eac
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import json
 import sys
@@ -34,6 +35,9 @@ def _jsonable(value: Any) -> Any:
         return [_jsonable(v) for v in value]
     if isinstance(value, dict):
         return {str(k): _jsonable(v) for k, v in value.items()}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        with contextlib.suppress(Exception):
+            return _jsonable(dataclasses.asdict(value))
     if hasattr(value, "model_dump"):
         with contextlib.suppress(Exception):
             return _jsonable(value.model_dump())
@@ -48,8 +52,10 @@ def check(parser: Any, validate: Any, argv: list[str]) -> dict[str, Any]:
             if validate is not None:
                 validate(ns)
     except SystemExit:
-        lines = [ln for ln in err.getvalue().splitlines() if ln.strip()]
-        return {"ok": False, "error": lines[-1] if lines else "argument error"}
+        lines = [ln.strip() for ln in err.getvalue().splitlines() if ln.strip()]
+        start = next((i for i, ln in enumerate(lines) if ": error: " in ln), max(len(lines) - 1, 0))
+        kept = [ln for ln in lines[start:] if not ln.startswith("For further information")]
+        return {"ok": False, "error": " ".join(kept)[:500] if kept else "argument error"}
     except Exception as exc:
         return {"ok": False, "error": f"{type(exc).__name__}: {exc}".splitlines()[0]}
     return {"ok": True, "args": {k: _jsonable(v) for k, v in vars(ns).items()}}

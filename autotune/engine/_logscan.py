@@ -73,7 +73,7 @@ _PATTERNS: tuple[tuple[FailureClass, re.Pattern[str]], ...] = (
         re.compile(
             r"OutOfMemoryError|CUDA out of memory|out of memory|Failed to load model - not enough "
             r"GPU memory|is less than desired (?:GPU|CPU) memory utilization|Cannot allocate memory|"
-            r"MemoryError|Killed",
+            r"MemoryError|Killed|Insufficient space in /dev/shm",
         ),
     ),
 )

@@ -79,6 +79,9 @@ def sizing_from_argv(argv: Sequence[str], platform: Literal["cuda", "cpu"]) -> E
             offload = max(offload, int(extra["cpu_bytes_to_use"]))
         if "cpu_swap_space_gb" in extra:
             offload = max(offload, int(float(extra["cpu_swap_space_gb"]) * 2**30))
+        if "lmcache.max_local_cpu_size" in extra:  # GiB per tensor-parallel rank
+            ranks = int(num("--tensor-parallel-size", 1))
+            offload = max(offload, int(float(extra["lmcache.max_local_cpu_size"]) * 2**30 * ranks))
     kv_bytes = f.get("--kv-cache-memory-bytes")
     cpu = platform == "cpu"
     return EngineSizing(

@@ -16,7 +16,7 @@ import yaml
 
 from autotune.errors import ExportError
 
-__all__ = ["ExportedConfig", "args_to_config", "build_export", "write_export"]
+__all__ = ["ExportedConfig", "args_to_config", "build_export", "config_to_argv", "write_export"]
 
 # Set by autotune for each trial, meaningless in deployment.
 _DROP = {"--host", "--port"}
@@ -64,6 +64,22 @@ def args_to_config(argv: Sequence[str]) -> dict[str, Any]:
     return out
 
 
+def config_to_argv(config: Mapping[str, Any]) -> list[str]:
+    """The inverse of :func:`args_to_config`, as ``vllm serve --config`` expands a YAML file."""
+    argv: list[str] = []
+    for key, value in config.items():
+        flag = "--" + str(key).replace("_", "-")
+        if isinstance(value, bool):
+            argv.append(flag if value else "--no-" + flag[2:])
+        elif isinstance(value, dict):
+            argv += [flag, json.dumps(value, sort_keys=True)]
+        elif isinstance(value, list):
+            argv += [flag, *(str(v) for v in value)]
+        else:
+            argv += [flag, str(value)]
+    return argv
+
+
 @dataclass(frozen=True)
 class ExportedConfig:
     config: Mapping[str, Any]  # YAML keys -> values
@@ -88,7 +104,9 @@ def build_export(
         config.pop(stem, None)
         config.pop("no-" + stem, None)
     config.update(tuned)
-    flags = " ".join(shlex.quote(a) for a in [*fixed_argv, *tuned_argv])
+    flags = " ".join(
+        shlex.quote(a) for a in config_to_argv({k: v for k, v in config.items() if k != "model"})
+    )
     env_prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
     command = f"{env_prefix + ' ' if env_prefix else ''}vllm serve {shlex.quote(model)} {flags}".strip()
     header = "\n".join(f"# {line}" if line else "#" for line in header_lines)

@@ -5,6 +5,7 @@ Every error is one line naming the file, the line and key path, the bad value an
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +50,24 @@ def _fix_for(err_type: str, key: str) -> str:
     return "see search_spaces/README.md for the format"
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that refuses a key given twice in one mapping (PyYAML keeps the last silently)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} is given twice (fix: keep one of them)", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+_KEY_PATH_RE = re.compile(r"^(parameters\.[A-Za-z0-9_]+(?:\.[A-Za-z0-9_]+)*): ")
+
+
 def load_search_space(path: Path) -> SearchSpace:
     path = Path(path)
     try:
@@ -57,12 +76,13 @@ def load_search_space(path: Path) -> SearchSpace:
         raise SearchSpaceError(f"{path}: cannot read search space: {exc.strerror}") from exc
     try:
         root = yaml.compose(text)
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_UniqueKeyLoader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f":{mark.line + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc)
-        raise SearchSpaceError(f"{path}{where}: invalid YAML: {problem} (fix the syntax there)") from exc
+        fix = "" if "fix:" in problem else " (fix the syntax there)"
+        raise SearchSpaceError(f"{path}{where}: invalid YAML: {problem}{fix}") from exc
     if not isinstance(data, dict):
         raise SearchSpaceError(
             f"{path}: a search space is a mapping with 'name', 'platform' and 'parameters', "
@@ -73,6 +93,10 @@ def load_search_space(path: Path) -> SearchSpace:
     except ValidationError as exc:
         err = exc.errors()[0]
         loc = tuple(err["loc"])
+        msg_path = _KEY_PATH_RE.match(err["msg"].removeprefix("Value error, "))
+        if not loc and msg_path:  # a model-level check names its key path in the message
+            loc = tuple(msg_path[1].split("."))
+            err = {**err, "msg": err["msg"].removeprefix("Value error, ")[msg_path.end() :]}
         key = ".".join(str(p) for p in loc if p != "[key]") or "(top level)"
         line = _line_of(root, loc)
         where = f":{line}" if line is not None else ""

@@ -34,3 +34,19 @@ def test_external_kv_transfer_counts_as_host_offload_hits() -> None:
 
 def test_a_gauge_is_the_highest_engine_not_the_sum() -> None:
     assert parse_metrics(AFTER).values["vllm:kv_cache_usage_perc"] == 0.75
+
+
+BOTH_FAMILIES = """\
+# TYPE vllm:prompt_tokens_by_source_total counter
+vllm:prompt_tokens_by_source_total{engine="0",model_name="m",source="local_cache_hit"} 1152.0
+vllm:prompt_tokens_by_source_total{engine="0",model_name="m",source="external_kv_transfer"} 300.0
+# TYPE vllm:prompt_tokens_cached_by_source_total counter
+vllm:prompt_tokens_cached_by_source_total{engine="0",model_name="m",source="device"} 1152.0
+vllm:prompt_tokens_cached_by_source_total{engine="0",model_name="m",source="host"} 300.0
+"""
+
+
+def test_recent_vllm_exports_both_families_and_no_token_counts_twice() -> None:
+    delta = MetricsDelta.between(parse_metrics(""), parse_metrics(BOTH_FAMILIES))
+    assert delta.device_cached_tokens == 1152.0
+    assert delta.host_cached_tokens == 300.0

@@ -178,11 +178,6 @@ def test_condition_on_unknown_parameter_names_the_key_path(tmp_path: Path) -> No
     assert "'nope'" in message
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: SearchSpace._check_conditions raises at model level (loc ()), so the loader reports "
-    "line 1 '(top level)' instead of the condition's line",
-)
 def test_condition_on_unknown_parameter_names_the_condition_line(tmp_path: Path) -> None:
     message = _error(tmp_path, VALID + "    condition: {param: nope, equals: 1}\n")
     assert _line(message, tmp_path / "space.yaml") == 13, message
@@ -197,10 +192,6 @@ def test_condition_must_refer_to_an_earlier_parameter(tmp_path: Path) -> None:
     assert "must be declared before" in message
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: yaml.safe_load keeps the last of two same-named parameters; the first is silently lost",
-)
 def test_a_parameter_declared_twice_is_refused(tmp_path: Path) -> None:
     text = VALID + "  max_num_seqs:\n    type: bool\n    flag: --enforce-eager\n"
     with pytest.raises(SearchSpaceError, match="max_num_seqs"):
