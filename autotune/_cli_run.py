@@ -318,6 +318,8 @@ def _trial_line(rep: TrialReport, metric: str) -> str:
     rec = rep.record
     status = rec.get("status", "failed")
     head = f"  trial #{rep.number} {status}"
+    if rec.get("duplicate_of") is not None:
+        head += f" (same config as #{rec['duplicate_of']}: measurement reused)"
     if status != "ok":
         why = rec.get("failure") or ""
         reason = (rec.get("reason") or "").split(";")[0]

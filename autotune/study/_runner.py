@@ -79,6 +79,15 @@ def _baseline_throughput(study: optuna.Study) -> float | None:
     return None
 
 
+def _measured_twin(
+    study: optuna.Study, number: int, values: Mapping[str, Any]
+) -> optuna.trial.FrozenTrial | None:
+    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
+        if t.number != number and t.params == dict(values) and not t.user_attrs.get(BASELINE_ATTR):
+            return t
+    return None
+
+
 def best_feasible(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
     best: optuna.trial.FrozenTrial | None = None
     sign = 1.0 if study.direction == optuna.study.StudyDirection.MINIMIZE else -1.0
@@ -132,6 +141,7 @@ def run_study(
     timeout_s: float | None = None,
     on_trial_start: Callable[[int, bool, Mapping[str, Any]], None] | None = None,
     on_trial_done: Callable[[TrialReport], None] | None = None,
+    reuse_duplicates: bool = True,
 ) -> optuna.Study:
     """Run ``n_trials`` more trials (a new study's first trial is the baseline, enqueued at creation)."""
 
@@ -142,6 +152,21 @@ def run_study(
         log.info("trial %d %s", trial.number, "baseline (vLLM defaults)" if is_baseline else values)
         if on_trial_start is not None:
             on_trial_start(trial.number, is_baseline, values)
+        twin = None if is_baseline or not reuse_duplicates else _measured_twin(study, trial.number, values)
+        if twin is not None:  # samplers re-propose configs; a vLLM start is too dear to spend on a repeat
+            log.info(
+                "trial %d: same configuration as trial %d, its measurement is reused",
+                trial.number,
+                twin.number,
+            )
+            for key, val in twin.user_attrs.items():
+                if key != BASELINE_ATTR:
+                    trial.set_user_attr(key, val)
+            trial.set_user_attr("duplicate_of", twin.number)
+            for cname, cvalue in twin.constraints.items():
+                trial.set_constraint(cname, cvalue)
+            assert twin.value is not None
+            return twin.value
         outcome = evaluator(trial.number, rendered)
         record = outcome.record()
         for key, val in record.items():

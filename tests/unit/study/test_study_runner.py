@@ -267,3 +267,35 @@ def test_unsupported_parameters_are_never_suggested() -> None:
     assert suggest_values(optuna.trial.FixedTrial({"block_size": 64, "offload_gb": 8}), space) == {
         "block_size": 64
     }
+
+
+def test_a_re_proposed_configuration_reuses_the_earlier_measurement(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A vLLM start costs a minute on a GPU: a config the sampler proposes again is not re-run."""
+    import optuna
+
+    from autotune.bench import RequestTiming, summarize
+    from autotune.outcome import TrialOutcome, TrialStatus
+    from autotune.space import SearchSpace
+    from autotune.study import Objective, load_or_create, run_study
+
+    space = SearchSpace.model_validate(
+        {
+            "name": "d",
+            "platform": "cpu",
+            "parameters": {"bs": {"type": "categorical", "choices": [32], "flag": "--b"}},
+        }
+    )
+    calls: list[tuple[str, ...]] = []
+
+    def evaluator(number, rendered):  # type: ignore[no-untyped-def]
+        calls.append(rendered.args)
+        t = [RequestTiming("r", None, 0.0, 0.0, 0.01, 0.02, (0.01,), 2, 5)]
+        return TrialOutcome(status=TrialStatus.OK, figures=summarize(t, 1.0))
+
+    obj = Objective()
+    study = load_or_create(f"sqlite:///{tmp_path / 's.db'}", "dup", obj, seed=0)
+    run_study(study=study, space=space, evaluator=evaluator, objective=obj, n_trials=4)
+    assert calls == [(), ("--b", "32")]  # baseline and the only config; trials 2 and 3 reuse trial 1
+    trials = study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))
+    assert [t.user_attrs.get("duplicate_of") for t in trials] == [None, None, 1, 1]
+    assert trials[3].value == trials[1].value and trials[3].constraints == trials[1].constraints
