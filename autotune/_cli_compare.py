@@ -91,7 +91,15 @@ def compare(
     for arm in (result.a, result.b):
         table.add_column(arm.name)
     table.add_column("B / A")
-    for name in ("ttft_p50", "ttft_p90", "tpot_p50", "output_throughput", "goodput", "prefix_hit_rate"):
+    for name in (
+        "ttft_p50",
+        "ttft_p90",
+        "tpot_p50",
+        "output_throughput",
+        "goodput",
+        "prefix_hit_rate",
+        "host_hit_rate",
+    ):
         if name not in result.a.figures and name not in result.b.figures:
             continue
         cells = []

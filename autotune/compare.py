@@ -87,6 +87,8 @@ def _figures(outcome: TrialOutcome) -> dict[str, float]:
         out["goodput"] = f.goodput
     if outcome.metrics is not None and outcome.metrics.prefix_hit_rate is not None:
         out["prefix_hit_rate"] = outcome.metrics.prefix_hit_rate
+    if outcome.metrics is not None and outcome.metrics.host_hit_rate is not None:
+        out["host_hit_rate"] = outcome.metrics.host_hit_rate
     return out
 
 

@@ -1,0 +1,56 @@
+"""A/B re-measurement: arms alternate, figures are medians with spread, the config reads as vLLM reads it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from autotune.bench import RequestTiming, summarize
+from autotune.compare import compare_configs, config_to_args
+from autotune.export import build_export, write_export
+from autotune.outcome import TrialOutcome, TrialStatus
+from autotune.space import RenderedConfig
+
+
+def test_arms_alternate_and_the_ratio_is_of_medians() -> None:
+    order: list[tuple[str, ...]] = []
+
+    def evaluator(number: int, rendered: RenderedConfig) -> TrialOutcome:
+        order.append(rendered.args)
+        ttft = 0.2 if not rendered.args else 0.1  # B is twice as fast
+        timings = [
+            RequestTiming(f"r{i}", None, 0.0, 0.0, ttft + i * 0.001, ttft + 0.05, (0.01,), 5, 9)
+            for i in range(9)
+        ]
+        return TrialOutcome(status=TrialStatus.OK, figures=summarize(timings, 1.0))
+
+    b = ["--block-size", "32"]
+    result = compare_configs(evaluator, [("A", []), ("B", b)], rounds=3)
+    assert order == [(), tuple(b)] * 3
+    assert len(result.a.figures["ttft_p50"]) == 3
+    ratio = result.ratio("ttft_p50")
+    assert ratio is not None and 0.49 < ratio < 0.52
+    assert result.as_dict()["b"]["failed_runs"] == 0
+
+
+def test_exported_config_reads_back_into_the_same_flags(tmp_path: Path) -> None:
+    exported = build_export(
+        model="/models/m",
+        fixed_argv=["--max-model-len", "4096", "--enable-prefix-caching"],
+        tuned_argv=[
+            "--no-enable-prefix-caching",
+            "--kv-transfer-config",
+            '{"kv_role": "kv_both"}',
+            "--block-size",
+            "32",
+        ],
+        env={},
+        header_lines=["t"],
+    )
+    path = tmp_path / "best.yaml"
+    write_export(exported, path)
+    model, argv = config_to_args(path)
+    assert model == "/models/m"
+    assert argv == [
+        "--max-model-len", "4096", "--no-enable-prefix-caching",
+        "--kv-transfer-config", '{"kv_role": "kv_both"}', "--block-size", "32",
+    ]  # fmt: skip
