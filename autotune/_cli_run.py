@@ -142,6 +142,17 @@ def run(
             help="Estimate memory before launch (needs MODEL/config.json) and watch it during runs."
         ),
     ] = True,
+    confirm_rounds: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="Before exporting, re-measure baseline and best alternately this many times each; "
+            "the best is exported only if it wins by more than the noise.",
+        ),
+    ] = 0,
+    min_improvement: Annotated[
+        float, typer.Option(help="With --confirm-rounds 1: smallest relative gain that counts (noise floor).")
+    ] = 0.03,
     check_args: Annotated[
         bool,
         typer.Option(help="Check each command with the installed vLLM's own parser before launching it."),
@@ -151,6 +162,7 @@ def run(
     ] = False,
 ) -> None:
     """Tune vLLM on a workload: baseline (vLLM defaults) first, then Optuna's proposals; export the best."""
+    from autotune.confirm import confirm_best
     from autotune.engine import (
         LaunchSpec,
         VllmArgChecker,
@@ -279,7 +291,15 @@ def run(
     _print_table(st, obj.metric)
     target = out_path or sdir / "best.yaml"
     fixed_argv = [tok for name_, value in fixed for tok in ([name_] if value is None else [name_, value])]
-    best, exported = export_best(st, model=model, fixed_argv=fixed_argv, out=target)
+    chosen, confirmation = confirm_best(
+        st, evaluator, obj, rounds=confirm_rounds, min_improvement=min_improvement, log_dir=sdir / "confirm"
+    )
+    if confirmation is not None:
+        verdict = "confirmed" if confirmation["confirmed"] else "not confirmed: exporting vLLM's defaults"
+        console.print(
+            f"re-measured trial {confirmation['trial']} against the baseline: {verdict} ({confirmation['why']})"
+        )
+    best, exported = export_best(st, model=model, fixed_argv=fixed_argv, out=target, trial=chosen)
     out.print(f"best: trial {best.number} {obj.metric} = {_fmt_value(obj.metric, best.value)}")
     out.print(f"wrote {target}")
     out.print(f"deploy: vllm serve --config {target}")

@@ -20,7 +20,7 @@ from autotune.export import config_to_argv
 from autotune.outcome import Evaluator, TrialOutcome, TrialStatus
 from autotune.space import RenderedConfig
 
-__all__ = ["ArmSummary", "Comparison", "compare_configs", "config_to_args"]
+__all__ = ["ArmSummary", "Comparison", "compare_configs", "config_to_args", "significant_gain"]
 
 _FIGURES = ("ttft_p50", "ttft_p90", "tpot_p50", "output_throughput", "goodput")
 
@@ -78,11 +78,11 @@ class Comparison:
         return {"a": arm(self.a), "b": arm(self.b), "ratio_b_over_a": {f: self.ratio(f) for f in _FIGURES}}
 
 
-def _figures(outcome: TrialOutcome) -> dict[str, float]:
+def _figures(outcome: TrialOutcome, extra: Sequence[str] = ()) -> dict[str, float]:
     f = outcome.figures
     if outcome.status != TrialStatus.OK or f is None:
         return {}
-    out = {name: f.metric(name) for name in _FIGURES if name != "goodput"}
+    out = {name: f.metric(name) for name in (*_FIGURES, *extra) if name != "goodput"}
     if f.goodput is not None:
         out["goodput"] = f.goodput
     if outcome.metrics is not None and outcome.metrics.prefix_hit_rate is not None:
@@ -98,6 +98,7 @@ def compare_configs(
     *,
     rounds: int,
     on_run: Callable[[str, int, TrialOutcome], None] | None = None,
+    extra_figures: Sequence[str] = (),
 ) -> Comparison:
     """Measure arm A and arm B alternately ``rounds`` times each (A B A B ...)."""
     if len(arms) != 2 or rounds < 1:
@@ -110,7 +111,7 @@ def compare_configs(
             outcome = evaluator(n, RenderedConfig(args=tuple(args)))
             n += 1
             runs[name].append(outcome.record())
-            for key, value in _figures(outcome).items():
+            for key, value in _figures(outcome, extra_figures).items():
                 figs[name].setdefault(key, []).append(value)
             if on_run is not None:
                 on_run(name, r, outcome)
@@ -119,3 +120,29 @@ def compare_configs(
         a=ArmSummary(na, tuple(aa), tuple(runs[na]), figs[na]),
         b=ArmSummary(nb, tuple(ab), tuple(runs[nb]), figs[nb]),
     )
+
+
+def significant_gain(
+    result: Comparison, metric: str, *, maximize: bool, min_improvement: float = 0.03
+) -> tuple[bool, str]:
+    """Is arm B better than arm A on ``metric`` by more than the noise?
+
+    With two or more runs per arm, B must beat A's *worst-for-B* run: B's slowest run below A's
+    fastest (the ranges do not overlap). With one run each, the gap must exceed ``min_improvement``
+    (the coefficient of variation measured in benchmarks/RESULTS.md, with margin).
+    """
+    a, b = result.a.figures.get(metric) or [], result.b.figures.get(metric) or []
+    if not a or not b:
+        return False, f"no {metric} measured for both configurations"
+    sign = -1.0 if maximize else 1.0
+    med_a, med_b = statistics.median(a), statistics.median(b)
+    gain = sign * (med_a - med_b) / abs(med_a) if med_a else 0.0
+    if len(a) >= 2 and len(b) >= 2:
+        worst_b = max(sign * v for v in b)
+        best_a = min(sign * v for v in a)
+        ok = worst_b < best_a and gain > 0
+        why = "ranges do not overlap" if ok else "ranges overlap"
+    else:
+        ok = gain > min_improvement
+        why = f"gain {'above' if ok else 'within'} the {min_improvement:.0%} noise floor"
+    return ok, f"{metric}: median {med_a:.4g} -> {med_b:.4g} ({gain:+.1%} better), {why}"

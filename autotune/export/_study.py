@@ -23,9 +23,15 @@ def _baseline(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
 
 
 def export_best(
-    study: optuna.Study, *, model: str, fixed_argv: Sequence[str], out: Path | None
+    study: optuna.Study,
+    *,
+    model: str,
+    fixed_argv: Sequence[str],
+    out: Path | None,
+    trial: optuna.trial.FrozenTrial | None = None,
 ) -> tuple[optuna.trial.FrozenTrial, ExportedConfig]:
-    best = best_feasible(study)
+    """Export ``trial`` (default: the best feasible one)."""
+    best = trial or best_feasible(study)
     if best is None:
         raise ExportError(
             f"study {study.study_name!r} has no feasible trial to export "

@@ -243,3 +243,50 @@ def test_ctrl_c_during_real_vllm_start_leaves_no_vllm_process(
     assert proc.returncode == 130, err
     left = wait_no_processes(mark, timeout=20)
     assert not left, [p.cmdline() for p in left]
+
+
+@pytest.mark.parametrize(("choices", "confirmed"), [("[64]", True), ("[128]", False)])
+def test_confirmation_keeps_the_best_only_if_it_beats_the_noise(
+    tmp_path: Path, mark: str, choices: str, confirmed: bool
+) -> None:
+    """The fake is fastest at block size 64 and runs 128 by default: a real gain is confirmed; a
+    'best' that is the defaults again (noise) is not, and vLLM's defaults are exported."""
+    wl = _good_workload(tmp_path / "rag.jsonl", n=10)
+    space = tmp_path / "space.yaml"
+    space.write_text(
+        f"name: s\nplatform: cpu\nparameters:\n  block_size: {{type: categorical, choices: {choices}, flag: --block-size}}\n"
+    )
+    res = _run(
+        [
+            "run",
+            "--workload",
+            str(wl),
+            "--model",
+            "fake-model",
+            "--space",
+            str(space),
+            "--launcher",
+            " ".join(FAKE_LAUNCHER),
+            "--studies-dir",
+            str(tmp_path / "studies"),
+            "--no-check-args",
+            "--n-trials",
+            "2",
+            "--confirm-rounds",
+            "2",
+            "--objective",
+            "ttft_p50",
+            "--out",
+            str(tmp_path / "best.yaml"),
+        ],
+        mark,
+        tmp_path,
+    )
+    assert res.returncode == 0, res.stderr
+    best_yaml = (tmp_path / "best.yaml").read_text()
+    if confirmed:
+        assert "re-measured trial 1 against the baseline: confirmed" in res.stderr
+        assert "block-size: 64" in best_yaml
+    else:
+        assert "block-size" not in best_yaml  # vLLM's defaults
+        assert "not confirmed" in res.stderr or "baseline" in best_yaml

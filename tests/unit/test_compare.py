@@ -54,3 +54,22 @@ def test_exported_config_reads_back_into_the_same_flags(tmp_path: Path) -> None:
         "--max-model-len", "4096", "--no-enable-prefix-caching",
         "--kv-transfer-config", '{"kv_role": "kv_both"}', "--block-size", "32",
     ]  # fmt: skip
+
+
+def _comparison(a: list[float], b: list[float]):  # type: ignore[no-untyped-def]
+    from autotune.compare import ArmSummary, Comparison
+
+    return Comparison(a=ArmSummary("A", (), (), {"ttft_p90": a}), b=ArmSummary("B", (), (), {"ttft_p90": b}))
+
+
+def test_a_gain_inside_the_noise_is_not_called_an_improvement() -> None:
+    from autotune.compare import significant_gain
+
+    ok, why = significant_gain(_comparison([100, 104, 98], [97, 101, 99]), "ttft_p90", maximize=False)
+    assert not ok and "overlap" in why
+    ok, _ = significant_gain(_comparison([100, 104, 98], [80, 83, 81]), "ttft_p90", maximize=False)
+    assert ok
+    ok, why = significant_gain(_comparison([100], [98.5]), "ttft_p90", maximize=False, min_improvement=0.03)
+    assert not ok and "noise floor" in why
+    ok, _ = significant_gain(_comparison([100], [120]), "ttft_p90", maximize=True)
+    assert ok  # a throughput-like metric: higher is better

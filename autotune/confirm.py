@@ -1,0 +1,56 @@
+"""Before exporting, re-measure the best trial against the baseline and keep it only if it wins
+by more than the noise (a study's best is partly the luckiest measurement)."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from autotune.compare import compare_configs, significant_gain
+from autotune.study import BASELINE_ATTR, Objective, best_feasible
+from autotune.trial import VllmEvaluator
+
+__all__ = ["confirm_best"]
+
+log = logging.getLogger(__name__)
+
+
+def _baseline_trial(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
+    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
+        if t.user_attrs.get(BASELINE_ATTR) and t.user_attrs.get("status") == "ok":
+            return t
+    return None
+
+
+def confirm_best(
+    study: optuna.Study,
+    evaluator: VllmEvaluator,
+    objective: Objective,
+    *,
+    rounds: int,
+    min_improvement: float,
+    log_dir: Path,
+) -> tuple[optuna.trial.FrozenTrial | None, dict[str, Any] | None]:
+    """The trial to export and the confirmation record (None when nothing needed confirming)."""
+    best = best_feasible(study)
+    base = _baseline_trial(study)
+    if best is None or base is None or best.number == base.number or rounds < 1:
+        return best, None
+    runner = dataclasses.replace(evaluator, log_dir=log_dir, arg_checker=None)
+    result = compare_configs(
+        runner,
+        [("baseline", []), (f"trial {best.number}", best.user_attrs.get("rendered_args") or [])],
+        rounds=rounds,
+        extra_figures=(objective.metric,) if objective.metric != "goodput" else (),
+    )
+    ok, why = significant_gain(
+        result, objective.metric, maximize=objective.direction == "maximize", min_improvement=min_improvement
+    )
+    record = {"trial": best.number, "confirmed": ok, "why": why, "comparison": result.as_dict()}
+    study.set_user_attr(f"confirmation_{best.number}", record)
+    log.info("confirmation of trial %d against the baseline: %s", best.number, why)
+    return (best if ok else base), record
