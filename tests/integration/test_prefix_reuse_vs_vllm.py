@@ -44,7 +44,12 @@ def test_multi_turn_hit_rate_matches_inspect_prediction(tmp_path: Path, tiny_mod
         model=str(tiny_model),
         launcher=CPU_LAUNCHER,
         fixed_args=parse_engine_args(
-            ["--enforce-eager", "--max-model-len=4096", "--kv-cache-memory-bytes=128M", f"--block-size={block}"]
+            [
+                "--enforce-eager",
+                "--max-model-len=4096",
+                "--kv-cache-memory-bytes=128M",
+                f"--block-size={block}",
+            ]
         ),
         env={MARK_ENV: mark},
         startup_timeout_s=240,
