@@ -371,8 +371,10 @@ def _print_table(st: Any, metric: str) -> None:
         metric,
         "ttft p50",
         "out tok/s",
-        "prefix hit",
+        "GPU prefix hit",
+        "CPU offload hit",
         "KV tokens",
+        "peak mem GiB",
         "start s",
     ):
         table.add_column(col)
@@ -381,7 +383,9 @@ def _print_table(st: Any, metric: str) -> None:
         f = a.get("figures") or {}
         m = a.get("metrics") or {}
         ok = a.get("status") == "ok"
-        hit = m.get("prefix_hit_rate")
+        hit, host = m.get("prefix_hit_rate"), m.get("host_hit_rate")
+        mem = a.get("memory") or {}
+        peak = max(mem.get("gpu_used_peak") or [0]) or mem.get("rss_peak") or 0
         table.add_row(
             str(t.number),
             (a.get("status") or t.state.name.lower())
@@ -391,7 +395,9 @@ def _print_table(st: Any, metric: str) -> None:
             f"{f['percentiles_ms']['ttft_p50']:.1f}" if ok else "-",
             f"{f['output_throughput']:.1f}" if ok else "-",
             f"{hit:.0%}" if hit is not None else "-",
+            f"{host:.0%}" if host is not None else "-",
             f"{a['kv_tokens']:,}" if a.get("kv_tokens") else "-",
+            f"{peak / 2**30:.1f}" if peak else "-",
             f"{(a.get('timings_s') or {}).get('startup', 0):.0f}",
         )
     console.print(table)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import sys
+import tempfile
 from pathlib import Path
 
 import optuna
@@ -34,9 +35,10 @@ def main(results: Path) -> None:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     db = results / "resume-call" / "studies" / "h200.db"
     study = optuna.load_study(study_name="h200", storage=f"sqlite:///{db}")
-    cfg = results / "m8b-config.json"
-    cfg.write_text(json.dumps(M8B_CONFIG))
-    shape = ModelShape.from_config(cfg)
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = Path(tmp) / "config.json"
+        cfg.write_text(json.dumps(M8B_CONFIG))
+        shape = ModelShape.from_config(cfg)
     weights = weight_bytes(None, shape)
     print(
         "| # | gpu-mem-util | max-batched | block | offload GiB | TTFT p50 ms | TTFT p90 ms | out tok/s |"
