@@ -457,9 +457,12 @@ def show(
 
 def tiny_model(
     out_dir: Annotated[Path, typer.Argument(help="Directory to write the model to.")],
+    layers: Annotated[
+        int, typer.Option(min=1, help="Decoder layers (8 KiB of KV per token with 8 layers).")
+    ] = 2,
 ) -> None:
-    """Generate a tiny random-weight Llama (2 layers, a few MB) for the CPU build of vLLM."""
+    """Generate a tiny random-weight Llama (a few MB) for the CPU build of vLLM."""
     from autotune.tiny_model import make_tiny_model
 
-    make_tiny_model(out_dir)
+    make_tiny_model(out_dir, layers=layers)
     out.print(str(out_dir))
