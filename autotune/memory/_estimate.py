@@ -230,7 +230,9 @@ def estimate_memory(
         kv_blocks=blocks,
         kv_tokens=blocks * block_size,
         max_concurrency=concurrency,
-        fits_one_request=concurrency >= 1.0,
+        # vLLM's block pool keeps one null block out of use: a request of exactly the pool's size
+        # does not start ("estimated maximum model length is <one block less>"), seen on the CPU build.
+        fits_one_request=(blocks - 1) * shape.num_layers / layer_blocks >= 1.0,
         max_model_len=max_model_len,
         block_size=block_size,
         kv_bytes_per_token=per_token,

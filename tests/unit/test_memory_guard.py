@@ -46,3 +46,16 @@ def test_sizes_and_vllm_defaults_come_out_of_the_command() -> None:
         ["--kv-transfer-config", '{"kv_connector_extra_config": {"cpu_swap_space_gb": 8}}'], "cuda"
     )
     assert ascend.offload_bytes == 8 * GiB
+
+
+def test_a_pool_of_exactly_one_request_does_not_fit(tmp_path: Path) -> None:
+    """vLLM keeps one block for itself: 2,048 KV tokens cannot serve one 2,048-token request (seen:
+    'estimated maximum model length is 2016'); one block more can."""
+    (tmp_path / "config.json").write_text(TINY.read_text())
+    guard = MemoryGuard.for_model(str(tmp_path), "cpu", probe=FakeProbe(host=(24 * GiB, 20 * GiB)))
+    assert guard is not None
+    exact = 2048 * guard.shape.kv_bytes_per_token()
+    argv = ["--max-model-len", "2048", "--block-size", "32"]
+    assert not guard.check([*argv, "--kv-cache-memory-bytes", str(exact)]).feasible
+    one_more = exact + 32 * guard.shape.kv_bytes_per_token()
+    assert guard.check([*argv, "--kv-cache-memory-bytes", str(one_more)]).feasible
