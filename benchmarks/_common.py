@@ -1,0 +1,237 @@
+"""What every benchmark shares: the bench set-up (model, fixed flags, launcher), the record of
+where and how a figure was measured (date, commit, machine, vLLM build, command, load average),
+spreads of repeated measurements and the markdown/JSON output.
+
+Benchmarks use the library (``autotune.*``) for everything the tool itself does; this module only
+holds the set-up that makes their figures comparable with each other.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import logging
+import math
+import os
+import platform
+import shlex
+import statistics
+import subprocess
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from autotune.engine import CPU_LAUNCHER, LaunchSpec, installed_build, parse_engine_args
+from autotune.workload import Workload, load_workload, sample_workload
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLES = REPO / "examples"
+FAKE_LAUNCHER: tuple[str, ...] = (sys.executable, str(REPO / "tests" / "fakes" / "fake_vllm.py"))
+
+# The bench model: the tool's tiny random-weight Llama with 8 layers instead of 2, so that a
+# prefill costs more than the HTTP round trip (with 2 layers a 600-token prefill takes a few ms and
+# the prefix cache cannot matter). KV cache: 8 layers x 2 (K, V) x 4 heads x 64 x 2 bytes = 8 KiB
+# per token.
+BENCH_LAYERS = 8
+# Fixed flags of every real run. 20 MiB of KV is 2,560 tokens: 1.25 requests of --max-model-len,
+# fewer than the 4 RAG documents (4 x 600 tokens) plus the requests in flight, so vLLM's default
+# configuration with this pool is short of KV for a prefix-heavy workload. The search space may
+# raise --kv-cache-memory-bytes (search_spaces/cpu.yaml: 8-128 MiB; 8 and 16 MiB are too small
+# for one 2048-token request of this model and fail to start: infeasible trials, as data).
+FIXED_ARGS: tuple[str, ...] = ("--enforce-eager", "--max-model-len=2048", "--kv-cache-memory-bytes=20M")
+# The fake server (tests/fakes/fake_vllm.py) takes the same flags and ignores what it does not know.
+QUICK_FIXED_ARGS: tuple[str, ...] = ("--max-model-len=2048", "--kv-cache-memory-bytes=20M")
+
+log = logging.getLogger("benchmarks")
+
+
+def base_parser(description: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="smoke run: tiny sizes, the fake server where real vLLM is not essential",
+    )
+    p.add_argument("--json-out", type=Path, help="write the figures as JSON here")
+    p.add_argument(
+        "--work-dir",
+        type=Path,
+        default=REPO / "studies" / "benchmarks",
+        help="study databases and vLLM logs (default: studies/benchmarks)",
+    )
+    p.add_argument(
+        "--models-dir", type=Path, default=REPO / ".models", help="where the bench model is generated"
+    )
+    p.add_argument("-v", "--verbose", action="store_true", help="log the library's INFO lines")
+    return p
+
+
+def setup_logging(verbose: bool) -> None:
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    logging.getLogger("benchmarks").setLevel(logging.INFO)
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def bench_model(models_dir: Path, *, quick: bool) -> str:
+    """The model directory of real runs (generated once, reused), or a name for the fake server."""
+    if quick:
+        return "fake-model"
+    from autotune.tiny_model import make_tiny_model
+
+    return str(make_tiny_model(models_dir / f"tiny-l{BENCH_LAYERS}", layers=BENCH_LAYERS))
+
+
+def launch_spec(
+    model: str,
+    *,
+    quick: bool,
+    fixed: Sequence[str] | None = None,
+    env: Mapping[str, str] | None = None,
+) -> LaunchSpec:
+    args = fixed if fixed is not None else (QUICK_FIXED_ARGS if quick else FIXED_ARGS)
+    return LaunchSpec(
+        model=model,
+        launcher=FAKE_LAUNCHER if quick else CPU_LAUNCHER,
+        fixed_args=parse_engine_args(list(args)),
+        env=dict(env or {}),
+        startup_timeout_s=60 if quick else 300,
+        stop_timeout_s=5 if quick else 20,
+    )
+
+
+def example_workload(name: str, *, quick: bool, max_requests: int = 12) -> Workload:
+    """A shipped example; in quick mode a few whole sessions without think time (seconds, not tens)."""
+    wl = load_workload(EXAMPLES / name)
+    if not quick:
+        return wl
+    wl = sample_workload(wl, max_requests, seed=0)
+    return Workload(path=wl.path, requests=tuple(replace(r, think_time=0.0) for r in wl.requests))
+
+
+# -- where and how a figure was measured ---------------------------------------------------------
+def _git(*args: str) -> str:
+    try:
+        return subprocess.run(
+            ["git", *args], cwd=REPO, capture_output=True, text=True, check=True, timeout=10
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def environment() -> dict[str, Any]:
+    """Date, commit, machine, engine build and the exact command: the header of every result."""
+    build, version = installed_build()
+    dirty = bool(_git("status", "--porcelain", "--untracked-files=no"))
+    return {
+        "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "commit": _git("rev-parse", "--short", "HEAD") + (" (+ uncommitted changes)" if dirty else ""),
+        "machine": {
+            "logical_cpus": os.cpu_count(),
+            "physical_cores": psutil.cpu_count(logical=False),
+            "ram_gib": round(psutil.virtual_memory().total / 2**30, 1),
+            "cpu": _cpu_model(),
+            "python": platform.python_version(),
+        },
+        "engine": f"vllm-{build} {version}" if version else "vLLM not installed",
+        "command": " ".join(shlex.quote(a) for a in ["python", *sys.argv]),
+    }
+
+
+def load_average() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+# -- figures -------------------------------------------------------------------------------------
+def spread(values: Iterable[float]) -> dict[str, float | int]:
+    """Mean, median, min, max, sample stdev and CV of repeated measurements (NaNs dropped)."""
+    xs = [float(v) for v in values if v is not None and not math.isnan(float(v))]
+    if not xs:
+        return {"n": 0}
+    mean = statistics.fmean(xs)
+    sd = statistics.stdev(xs) if len(xs) > 1 else 0.0
+    return {
+        "n": len(xs),
+        "mean": mean,
+        "median": statistics.median(xs),
+        "min": min(xs),
+        "max": max(xs),
+        "stdev": sd,
+        "cv": sd / mean if mean else float("nan"),
+    }
+
+
+def fmt_spread(s: Mapping[str, float | int], digits: int = 1) -> str:
+    """``mean (min-max)``."""
+    if not s.get("n"):
+        return "-"
+    return f"{s['mean']:.{digits}f} ({s['min']:.{digits}f}-{s['max']:.{digits}f})"
+
+
+def md_table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def md_header(title: str, env: Mapping[str, Any], load: Mapping[str, Sequence[float]]) -> str:
+    m = env["machine"]
+    return "\n".join(
+        [
+            f"### {title}",
+            "",
+            f"- date: {env['date']}; commit: `{env['commit']}`",
+            f"- machine: {m['logical_cpus']} logical CPUs ({m['physical_cores']} cores, {m['cpu']}), "
+            f"{m['ram_gib']} GiB RAM; engine: {env['engine']}",
+            f"- command: `{env['command']}`",
+            f"- load average (1/5/15 min) at start {load['start']}, at end {load['end']}",
+            "",
+        ]
+    )
+
+
+def write_json(path: Path | None, payload: Mapping[str, Any]) -> None:
+    if path is None:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(_finite(payload), indent=2, default=_json_default, allow_nan=False)
+    path.write_text(text + "\n")
+
+
+def _finite(obj: Any) -> Any:
+    """NaN and infinities become null: strict JSON (a figure that could not be measured)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, Mapping):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+def _json_default(obj: object) -> object:
+    if isinstance(obj, Path):
+        return str(obj)
+    if hasattr(obj, "item"):  # numpy scalars
+        return obj.item()
+    raise TypeError(f"not JSON-serialisable: {type(obj).__name__}")

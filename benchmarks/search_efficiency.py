@@ -1,0 +1,425 @@
+"""Search efficiency: how many trials the tool's sampler (TPE, as ``autotune run`` creates it) needs
+to get within 5% of the best configuration of an exhaustive grid, against random search and the
+grid itself, over many seeds.
+
+Two steps. ``--measure-grid`` measures every configuration of a reduced space
+(benchmarks/data/grid_space.yaml, 18 configurations) once on the real CPU build, each on a fresh
+engine with ``--repeats`` replays (the prefix cache reset between them), and stores the table in
+benchmarks/data/grid_cpu.json (about 15 min on 2 cores). Then, cheaply, each sampler runs whole
+studies through the library's study loop (``load_or_create`` + ``run_study``) whose evaluator
+looks the configuration up in the table and returns one of its measured repeats at random: the
+measured noise. No engine is started in that step.
+
+    python benchmarks/search_efficiency.py --measure-grid      # grid (real vLLM) + replay
+    python benchmarks/search_efficiency.py                     # replay the stored grid only
+    python benchmarks/search_efficiency.py --quick             # fake server, 8 configs, 5 seeds
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import multiprocessing as mp
+import os
+import random
+import statistics
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import _common as c
+import httpx
+import numpy as np
+import optuna
+
+from autotune.bench import (
+    ArrivalSpec,
+    MetricsDelta,
+    ReplayTarget,
+    TrialFigures,
+    replay,
+    scrape_metrics,
+    summarize,
+    warm_up,
+)
+from autotune.engine import EngineProcess, LaunchSpec
+from autotune.errors import EngineCrashed, EngineStartError
+from autotune.outcome import TrialOutcome, TrialStatus
+from autotune.space import RenderedConfig, SearchSpace, load_search_space, render_values
+from autotune.study import Objective, TrialReport, load_or_create, run_study
+from autotune.workload import Workload
+
+SPACE_PATH = c.REPO / "benchmarks" / "data" / "grid_space.yaml"
+GRID_PATH = c.REPO / "benchmarks" / "data" / "grid_cpu.json"
+# vLLM's defaults under the fixed flags (--kv-cache-memory-bytes=20M): the study's trial 0.
+BASELINE = {"kv_cache_memory_bytes": 20, "block_size": 128, "enable_prefix_caching": True}
+OBJECTIVE = Objective(metric="ttft_p90", min_throughput_ratio=0.95)
+SAMPLERS = ("tpe", "random", "grid")
+WITHIN = 0.05
+
+
+# -- the space and its grid ----------------------------------------------------------------------
+def grid_space(*, quick: bool) -> SearchSpace:
+    space = load_search_space(SPACE_PATH)
+    if not quick:
+        return space
+    params = {
+        k: p.model_copy(update={"choices": p.choices[:2]}) if p.choices else p
+        for k, p in space.parameters.items()
+    }
+    return SearchSpace(name=space.name + "-quick", platform=space.platform, parameters=params)
+
+
+def grid_points(space: SearchSpace) -> list[dict[str, Any]]:
+    names = list(space.tunable)
+    choices = [list(p.choices) if p.choices else [True, False] for p in (space.tunable[n] for n in names)]
+    return [dict(zip(names, combo, strict=True)) for combo in itertools.product(*choices)]
+
+
+def key(values: Mapping[str, Any]) -> str:
+    return json.dumps(dict(values), sort_keys=True)
+
+
+# -- step 1: measure the grid --------------------------------------------------------------------
+async def _measure_engine(
+    engine: EngineProcess, workload: Workload, arrival: ArrivalSpec, repeats: int, slos: Mapping[str, float]
+) -> list[dict[str, Any]]:
+    timeout = httpx.Timeout(600.0, connect=10.0)
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=256)
+    out: list[dict[str, Any]] = []
+    async with httpx.AsyncClient(trust_env=False, timeout=timeout, limits=limits) as client:
+        target = ReplayTarget(base_url=engine.base_url, model=engine.spec.model)
+        chat = any(r.is_chat for r in workload.requests)
+        for _ in range(repeats):
+            # A cold prefix cache for every repeat, as after a fresh start (needs VLLM_SERVER_DEV_MODE=1).
+            try:
+                reset = (await client.post(engine.base_url + "/reset_prefix_cache")).status_code == 200
+            except httpx.HTTPError:
+                reset = False
+            await warm_up(client, target, count=2, chat=chat)
+            before = await scrape_metrics(client, engine.base_url)
+            result = await replay(client, target, workload, arrival)
+            after = await scrape_metrics(client, engine.base_url)
+            figures = summarize(result.timings, result.duration_s, slos_ms=slos)
+            metrics = MetricsDelta.between(before, after) if before and after else None
+            out.append(
+                {
+                    "cache_reset": reset,
+                    "figures": figures.as_dict(),
+                    "metrics": metrics.as_dict() if metrics else None,
+                }
+            )
+    return out
+
+
+def measure_grid(args: Any, space: SearchSpace, model: str) -> dict[str, Any]:
+    wl = c.example_workload("rag.jsonl", quick=args.quick)
+    arrival = ArrivalSpec(mode="timestamps", speed=args.speed)
+    spec: LaunchSpec = c.launch_spec(model, quick=args.quick, env={"VLLM_SERVER_DEV_MODE": "1"})
+    points = grid_points(space)
+    random.Random(args.seed).shuffle(points)  # measurement order decorrelated from the configuration
+    slos = {"ttft": 200.0, "tpot": 50.0}
+    log_dir = args.work_dir / f"grid-{time.strftime('%Y%m%d-%H%M%S')}"
+    env = c.environment()  # the date is the start of the measurement
+    load_start = c.load_average()
+    t0 = time.monotonic()
+    table: dict[str, Any] = {}
+    for i, values in enumerate(points):
+        rendered = render_values(space, values)
+        engine = EngineProcess(spec, rendered, log_dir / f"config-{i:02d}.log")
+        entry: dict[str, Any] = {
+            "values": values,
+            "args": list(rendered.args),
+            "order": i,
+            "load_average_start": c.load_average(),
+        }
+        try:
+            engine.start()
+            engine.wait_healthy()
+            kv = engine.kv_capacity()
+            entry["kv_tokens"] = kv.tokens if kv else None
+            entry["repeats"] = asyncio.run(_measure_engine(engine, wl, arrival, args.repeats, slos))
+            engine.check_alive()
+            entry["status"] = "ok"
+        except (EngineStartError, EngineCrashed) as exc:
+            entry.update(status="failed", failure=exc.failure, repeats=[])
+        finally:
+            engine.stop()
+        entry["startup_s"] = engine.startup_s
+        entry["load_average_end"] = c.load_average()
+        p90 = [r["figures"]["percentiles_ms"]["ttft_p90"] for r in entry["repeats"]]
+        entry["ttft_p90"] = c.spread(p90)
+        table[key(values)] = entry
+        c.log.info("grid %d/%d %s: ttft_p90 %s", i + 1, len(points), values, [round(x, 1) for x in p90])
+    return {
+        "benchmark": "search_efficiency/grid",
+        "env": env,
+        "model": model,
+        "fixed_args": list(c.QUICK_FIXED_ARGS if args.quick else c.FIXED_ARGS),
+        "space": str(SPACE_PATH.relative_to(c.REPO)),
+        "workload": "examples/rag.jsonl",
+        "arrival": arrival.describe(),
+        "repeats": args.repeats,
+        "slo_ms": slos,
+        "baseline": key(BASELINE),
+        "configs": table,
+        "load_average": {"start": load_start, "end": c.load_average()},
+        "wall_s": time.monotonic() - t0,
+    }
+
+
+# -- step 2: replay samplers against the table ---------------------------------------------------
+class TableEvaluator:
+    """The study's evaluator: look the configuration up, return one measured repeat at random."""
+
+    def __init__(self, space: SearchSpace, grid: Mapping[str, Any], rng: random.Random):
+        self.grid = grid
+        self.rng = rng
+        self.by_args = {tuple(render_values(space, e["values"]).args): k for k, e in grid["configs"].items()}
+        self.by_args[()] = grid["baseline"]  # trial 0: no tuned flag, the fixed flags only
+
+    def __call__(self, number: int, rendered: RenderedConfig) -> TrialOutcome:
+        entry = self.grid["configs"][self.by_args[tuple(rendered.args)]]
+        if entry["status"] != "ok" or not entry["repeats"]:
+            return TrialOutcome(status=TrialStatus.FAILED, failure=entry.get("failure"))
+        rep = self.rng.choice(entry["repeats"])
+        return TrialOutcome(status=TrialStatus.OK, figures=TrialFigures(**rep["figures"]))
+
+
+def true_values(grid: Mapping[str, Any]) -> tuple[dict[str, float], str]:
+    """Mean objective of each configuration, and the best one that meets the study's constraints
+    (on means: output throughput >= 0.95 x the baseline's, no failed request)."""
+    means: dict[str, float] = {}
+    tput: dict[str, float] = {}
+    failed: dict[str, float] = {}
+    for k, e in grid["configs"].items():
+        if e["status"] != "ok" or not e["repeats"]:
+            continue
+        figs = [r["figures"] for r in e["repeats"]]
+        means[k] = statistics.fmean(f["percentiles_ms"][OBJECTIVE.metric] for f in figs)
+        tput[k] = statistics.fmean(f["output_throughput"] for f in figs)
+        failed[k] = max(f["failed"] for f in figs)
+    base_tput = tput[grid["baseline"]]
+    feasible = [k for k in means if tput[k] >= OBJECTIVE.min_throughput_ratio * base_tput and not failed[k]]
+    return means, min(feasible, key=lambda k: means[k])
+
+
+def run_sampler(
+    sampler: str, seed: int, space: SearchSpace, grid: Mapping[str, Any], budget: int
+) -> list[str | None]:
+    """One study of ``budget`` trials (the baseline first); the configuration the tool would export
+    after each trial (``best_feasible``), as a table key."""
+    study = load_or_create("sqlite:///:memory:", f"{sampler}-{seed}", OBJECTIVE, seed)
+    if sampler == "random":
+        study.sampler = optuna.samplers.RandomSampler(seed=seed)
+    elif sampler == "grid":  # every other grid point once, in a random order
+        rest = [p for p in grid_points(space) if key(p) != grid["baseline"]]
+        random.Random(seed).shuffle(rest)
+        for p in rest:
+            study.enqueue_trial(p)
+    evaluator = TableEvaluator(space, grid, random.Random(seed * 7919 + 1))
+    best_after: list[str | None] = []
+
+    def done(rep: TrialReport) -> None:
+        if rep.best_number is None:
+            best_after.append(None)
+            return
+        bt = study.trials[rep.best_number]
+        best_after.append(grid["baseline"] if bt.user_attrs.get("baseline") else key(bt.params))
+
+    run_study(
+        study=study,
+        space=space,
+        evaluator=evaluator,
+        objective=OBJECTIVE,
+        n_trials=budget,
+        on_trial_done=done,
+    )
+    return best_after
+
+
+def _run_job(job: tuple[str, int, SearchSpace, Mapping[str, Any], int]) -> list[str | None]:
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return run_sampler(*job)
+
+
+def simulate(grid: Mapping[str, Any], space: SearchSpace, seeds: int, budget: int) -> dict[str, Any]:
+    means, best = true_values(grid)
+    optimum = means[best]
+    out: dict[str, Any] = {
+        "optimum": {"config": json.loads(best), "ttft_p90_ms": optimum},
+        "baseline_ttft_p90_ms": means[grid["baseline"]],
+        "within": WITHIN,
+        "seeds": seeds,
+        "budget": budget,
+        "samplers": {},
+    }
+    jobs = [(sampler, seed) for sampler in SAMPLERS for seed in range(seeds)]
+    t0 = time.monotonic()
+    # Studies are independent and measure nothing: one process per core.
+    with ProcessPoolExecutor(max_workers=os.cpu_count() or 1, mp_context=mp.get_context("fork")) as pool:
+        results = list(pool.map(_run_job, [(s, seed, space, grid, budget) for s, seed in jobs]))
+    by_job = dict(zip(jobs, results, strict=True))
+    out["wall_s"] = time.monotonic() - t0
+    for sampler in SAMPLERS:
+        regrets = np.full((seeds, budget), np.nan)
+        first: list[float] = []
+        for seed in range(seeds):
+            best_after = by_job[(sampler, seed)]
+            r = [means[k] / optimum - 1.0 if k is not None else np.inf for k in best_after]
+            r += [r[-1] if r else np.inf] * (budget - len(r))  # a study may stop early (grid exhausted)
+            regrets[seed, : len(r)] = r
+            hit = next((i + 1 for i, v in enumerate(r) if v <= WITHIN), None)
+            first.append(float(hit) if hit is not None else np.inf)
+        finite = [f for f in first if np.isfinite(f)]
+
+        def pct(q: float, xs: list[float] = first) -> float | None:  # None: not reached within budget
+            v = float(np.percentile(xs, q, method="inverted_cdf"))
+            return v if np.isfinite(v) else None
+
+        out["samplers"][sampler] = {
+            "trials_to_within": [int(f) if np.isfinite(f) else None for f in first],
+            "median_trials_to_within": pct(50),
+            "p90_trials_to_within": pct(90),
+            "share_reached": len(finite) / len(first),
+            "median_regret_by_budget": [float(np.median(regrets[:, b])) for b in range(budget)],
+            "p90_regret_by_budget": [float(np.percentile(regrets[:, b], 90)) for b in range(budget)],
+        }
+        c.log.info(
+            "%s: median trials to within 5%%: %s",
+            sampler,
+            out["samplers"][sampler]["median_trials_to_within"],
+        )
+    return out
+
+
+def _trials(value: float | None, budget: int) -> str:
+    return f"{value:g}" if value is not None else f"> {budget}"
+
+
+def markdown(result: Mapping[str, Any]) -> str:
+    grid = result["grid"]
+    sim = result["simulation"]
+    load = grid["load_average"]
+    parts = [c.md_header("Search efficiency (search_efficiency.py)", grid["env"], load)]
+    parts.append(
+        f"Grid: {len(grid['configs'])} configurations of `{grid['space']}` measured on {grid['env']['date']} "
+        f"(commit `{grid['env']['commit']}`, {grid['env']['engine']}; `{grid['env']['command']}`), "
+        f"workload {grid['workload']} ({grid['arrival']}), {grid['repeats']} repeats per configuration "
+        f"on one engine each (prefix cache reset between repeats), grid wall time {grid['wall_s']:.0f} s.\n"
+    )
+    rows = []
+    for k, e in sorted(grid["configs"].items(), key=lambda kv: kv[1]["ttft_p90"].get("mean", 1e18)):
+        v = e["values"]
+        s = e["ttft_p90"]
+        rows.append(
+            [
+                f"{v['kv_cache_memory_bytes']}M",
+                v["block_size"],
+                "on" if v["enable_prefix_caching"] else "off",
+                c.fmt_spread(s) if e["status"] == "ok" else f"failed ({e.get('failure')})",
+                f"{s['cv']:.1%}" if s.get("n", 0) > 1 else "-",
+                e["order"] + 1,
+                (e.get("load_average_start") or ["-"])[0],
+                "baseline" if k == grid["baseline"] else "",
+            ]
+        )
+    headers = [
+        "KV",
+        "block",
+        "prefix cache",
+        "TTFT p90 ms mean (min-max)",
+        "CV",
+        "measured #",
+        "load (1 min)",
+        "",
+    ]
+    parts.append(c.md_table(headers, rows))
+    opt = sim["optimum"]
+    parts.append(
+        f"\nOptimum (feasible, by mean): {opt['config']} at {opt['ttft_p90_ms']:.1f} ms; baseline "
+        f"{sim['baseline_ttft_p90_ms']:.1f} ms. Replay: {sim['seeds']} seeds per sampler, budget "
+        f"{sim['budget']} trials (the baseline first), the library's study loop with a table lookup "
+        f"(one measured repeat drawn at random per trial); the configuration judged is the one the "
+        f"tool would export after each trial (`best_feasible`). Within = mean TTFT p90 <= 1.05 x optimum.\n"
+    )
+    s = sim["samplers"]
+    parts.append(
+        c.md_table(
+            ["sampler", "median trials to within 5%", "p90", "reached within budget"],
+            [
+                [
+                    name,
+                    _trials(s[name]["median_trials_to_within"], sim["budget"]),
+                    _trials(s[name]["p90_trials_to_within"], sim["budget"]),
+                    f"{s[name]['share_reached']:.0%}",
+                ]
+                for name in SAMPLERS
+            ],
+        )
+    )
+    budgets = list(range(sim["budget"]))
+    parts.append("\nMedian regret (mean TTFT p90 of the exported config / optimum - 1) after N trials:\n")
+    parts.append(
+        c.md_table(
+            ["N", *SAMPLERS],
+            [[b + 1, *(f"{s[n]['median_regret_by_budget'][b]:.1%}" for n in SAMPLERS)] for b in budgets],
+        )
+    )
+    return "\n".join(parts)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = c.base_parser(__doc__.splitlines()[0])
+    p.add_argument("--measure-grid", action="store_true", help="measure the grid (real vLLM) first")
+    p.add_argument("--grid", type=Path, help=f"grid table to read/write (default {GRID_PATH})")
+    p.add_argument("--repeats", type=int, help="replays per configuration (default 3; quick 2)")
+    p.add_argument("--speed", type=float, help="replay speed-up (default 3; quick 20)")
+    p.add_argument("--seeds", type=int, help="seeds per sampler (default 100; quick 5)")
+    p.add_argument("--budget", type=int, help="trials per study (default: the grid size)")
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    args.repeats = args.repeats or (2 if args.quick else 3)
+    args.speed = args.speed or (20.0 if args.quick else 3.0)
+    args.seeds = args.seeds or (5 if args.quick else 100)
+    c.setup_logging(args.verbose)
+    space = grid_space(quick=args.quick)
+    grid_path = args.grid or (args.work_dir / "grid_quick.json" if args.quick else GRID_PATH)
+    t0 = time.monotonic()
+    if args.measure_grid or args.quick:
+        model = c.bench_model(args.models_dir, quick=args.quick)
+        grid = measure_grid(args, space, model)
+        c.write_json(grid_path, grid)
+    else:
+        if not grid_path.exists():
+            print(f"{grid_path}: no grid table (fix: run with --measure-grid first)", file=sys.stderr)
+            return 2
+        grid = json.loads(grid_path.read_text())
+    grid_s = time.monotonic() - t0
+    budget = args.budget or len(grid["configs"])
+    t1 = time.monotonic()
+    sim = simulate(grid, space, args.seeds, budget)
+    result = {
+        "benchmark": "search_efficiency",
+        "quick": args.quick,
+        "env": c.environment(),
+        "grid_path": str(grid_path),
+        "grid": grid,
+        "simulation": sim,
+        "wall_s": {"grid": grid_s, "simulation": time.monotonic() - t1},
+    }
+    c.write_json(args.json_out, result)
+    print(markdown(result))
+    print(
+        f"\nwall time: grid {grid_s:.0f} s, simulation {result['wall_s']['simulation']:.0f} s",
+        file=sys.stderr,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

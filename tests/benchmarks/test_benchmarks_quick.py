@@ -1,0 +1,134 @@
+"""Each benchmark's ``--quick`` mode runs (fake server, tiny sizes) and writes sane JSON, so the
+scripts in benchmarks/ cannot rot. The figures themselves are recorded in benchmarks/RESULTS.md."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _run(name: str, tmp_path: Path, *extra: str) -> tuple[dict[str, Any], str]:
+    out = tmp_path / f"{name}.json"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "benchmarks" / f"{name}.py"),
+            "--quick",
+            "--json-out",
+            str(out),
+            "--work-dir",
+            str(tmp_path / "work"),
+            *extra,
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.startswith("### "), proc.stdout[:500]  # the markdown snippet
+    return json.loads(out.read_text()), proc.stdout
+
+
+def _check_env(result: dict[str, Any]) -> None:
+    env = result["env"]
+    assert env["commit"] and env["date"] and "python" in env["command"]
+    assert env["machine"]["logical_cpus"] >= 1 and env["machine"]["ram_gib"] > 0
+    assert env["engine"]
+
+
+def _load(load: dict[str, list[float]]) -> None:
+    assert len(load["start"]) == 3 and len(load["end"]) == 3
+
+
+def _positive(x: Any) -> bool:
+    return isinstance(x, int | float) and math.isfinite(x) and x > 0
+
+
+@pytest.mark.timeout(150)
+def test_gain_quick_measures_defaults_and_tuned_alternately(tmp_path: Path) -> None:
+    r, md = _run("gain", tmp_path)
+    _check_env(r)
+    assert [Path(w["workload"]).name for w in r["workloads"]] == ["rag.jsonl", "support_chat.jsonl"]
+    for w in r["workloads"]:
+        _load(w["load_average"])
+        assert w["study"]["n_trials"] == r["trials"] == 3
+        assert w["study"]["trials"][0]["baseline"] is True
+        for side in ("defaults", "tuned"):
+            a = w["alternating"][side]
+            assert a["runs_ok"] == a["runs"] == r["rounds"] == 2
+            assert 0 < a["ttft_p50"]["min"] <= a["ttft_p50"]["max"]
+            assert a["ttft_p50"]["mean"] <= a["ttft_p90"]["mean"] * 1.001
+            assert _positive(a["output_throughput"]["mean"]) and a["failed"]["max"] == 0
+            assert 0 <= a["goodput"]["mean"] <= a["output_throughput"]["mean"]
+        for name in ("ttft_p50", "ttft_p90", "output_throughput", "goodput"):
+            assert _positive(w["ratio_tuned_vs_defaults"][name])
+        assert isinstance(w["never_worse_than_defaults"], bool)
+    assert "defaults (A)" in md and "tuned (B)" in md
+
+
+@pytest.mark.timeout(150)
+def test_search_efficiency_quick_measures_a_grid_and_replays_samplers(tmp_path: Path) -> None:
+    r, md = _run("search_efficiency", tmp_path, "--seeds", "3")
+    _check_env(r)
+    grid = r["grid"]
+    _load(grid["load_average"])
+    assert len(grid["configs"]) == 8 and grid["baseline"] in grid["configs"]
+    for entry in grid["configs"].values():
+        assert entry["status"] == "ok" and len(entry["repeats"]) == 2
+        assert entry["ttft_p90"]["n"] == 2 and _positive(entry["ttft_p90"]["mean"])
+    sim = r["simulation"]
+    assert sim["budget"] == 8 and sim["seeds"] == 3
+    for name in ("tpe", "random", "grid"):
+        s = sim["samplers"][name]
+        assert len(s["trials_to_within"]) == 3
+        assert all(t is None or 1 <= t <= 8 for t in s["trials_to_within"])
+        assert len(s["median_regret_by_budget"]) == 8
+        assert all(x is None or x >= 0 for x in s["median_regret_by_budget"])
+    # The grid visits every configuration within the budget; the optimum is among them.
+    assert sim["samplers"]["grid"]["share_reached"] > 0
+    assert "median trials to within 5%" in md
+
+
+@pytest.mark.timeout(150)
+def test_fidelity_quick_compares_ttft_times_the_replayer_and_the_overhead(tmp_path: Path) -> None:
+    r, md = _run("fidelity", tmp_path, "--rates", "100,500", "--stub-seconds", "0.4")
+    _check_env(r)
+    _load(r["load_average"])
+    a = r["a"]
+    assert a["client"]["count"] == a["requests"] > 0 and a["failed"] == 0
+    assert _positive(a["client"]["mean_ms"]) and _positive(a["server"]["mean_ms"])
+    b = r["b"]
+    assert set(b["rates"]) == {"100", "500"}
+    for rate, v in b["rates"].items():
+        assert v["requests"] == int(float(rate) * 0.4) and v["ok"] == v["requests"]
+        assert -5.0 < v["lag_ms"]["p50"] <= v["lag_ms"]["p99"] <= v["lag_ms"]["max"]
+        assert 0.0 <= v["on_time_share"] <= 1.0
+    c = r["c"]
+    assert [t["status"] for t in c["trials"]] == ["ok", "ok", "ok"]
+    for t in c["trials"]:
+        assert {"startup", "warmup", "measure", "teardown"} <= set(t["timings_s"])
+        assert 0 < t["measure_share"] < 1
+    assert 20 < c["peak_rss_mib"] < 4096
+    assert "(b) replayer" in md
+
+
+@pytest.mark.timeout(120)
+def test_repeatability_quick_reports_the_cv_of_the_objective(tmp_path: Path) -> None:
+    r, md = _run("repeatability", tmp_path)
+    _check_env(r)
+    _load(r["load_average"])
+    assert [x["status"] for x in r["runs"]] == ["ok"] * 3
+    s = r["stats"]["ttft_p90"]
+    assert s["n"] == 3 and s["min"] <= s["mean"] <= s["max"]
+    assert r["cv_ttft_p90"] >= 0 and isinstance(r["meets_target"], bool)
+    assert r["length_factor_for_target"] >= 1
+    assert "CV of TTFT p90" in md
