@@ -16,14 +16,29 @@ FAKE_LAUNCHER = (sys.executable, str(FAKE_VLLM))
 MARK_ENV = "AUTOTUNE_TEST_MARK"
 
 
+_GROUPS: dict[str, set[int]] = {}
+
+
 def processes_marked(mark: str) -> list[psutil.Process]:
-    """Live processes whose environment carries ``AUTOTUNE_TEST_MARK=mark`` (engines we started)."""
-    found = []
+    """Live processes we started under ``mark``: those whose environment carries
+    ``AUTOTUNE_TEST_MARK=mark``, and every member of their process groups. vLLM's engine-core
+    processes rename themselves (setproctitle), which overwrites their /proc environ, so they are
+    found through the group their guardian leads; groups seen once are remembered."""
+    groups = _GROUPS.setdefault(mark, set())
+    procs = []
     for p in psutil.process_iter(["pid"]):
         try:
-            if p.pid == os.getpid():
+            if p.pid == os.getpid() or p.status() == psutil.STATUS_ZOMBIE:
                 continue
-            if p.environ().get(MARK_ENV) == mark and p.status() != psutil.STATUS_ZOMBIE:
+            procs.append(p)
+            if p.environ().get(MARK_ENV) == mark and os.getpgid(p.pid) == p.pid:
+                groups.add(p.pid)  # a group our engine leads (its guardian), not the test runner's
+        except (psutil.Error, OSError):
+            continue
+    found = []
+    for p in procs:
+        try:
+            if os.getpgid(p.pid) in groups or p.environ().get(MARK_ENV) == mark:
                 found.append(p)
         except (psutil.Error, OSError):
             continue

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import logging
 import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 from types import TracebackType
@@ -49,9 +49,7 @@ def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
         return True
 
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec (Linux only)
-    with contextlib.suppress(Exception):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+_GUARDIAN = Path(__file__).with_name("_guardian.py")
 
 
 class EngineProcess:
@@ -88,13 +86,12 @@ class EngineProcess:
             logf.write(("$ " + " ".join(self.argv) + "\n").encode())
             logf.flush()
             self._proc = subprocess.Popen(
-                self.argv,
+                [sys.executable, str(_GUARDIAN), "--", *self.argv],
                 stdout=logf,
                 stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
+                stdin=subprocess.PIPE,  # held open by us only: its end-of-file tells the guardian we died
                 env=self.spec.process_env(self.rendered),
                 start_new_session=True,
-                preexec_fn=_die_with_parent,
             )
         self._pgid = self._proc.pid
         self.started_at = time.monotonic()
@@ -180,6 +177,9 @@ class EngineProcess:
         deadline = time.monotonic() + 15
         while not port_is_free(self.port, self.spec.host) and time.monotonic() < deadline:
             time.sleep(0.2)
+        if self._proc.stdin is not None:
+            with contextlib.suppress(OSError):
+                self._proc.stdin.close()
         _reaper.unregister(self)
         self._pgid = None
 

@@ -16,7 +16,7 @@ from tests.conftest import FAKE_LAUNCHER, MARK_ENV, REPO, processes_marked, wait
 
 
 def _autotune(args: list[str], mark: str, cwd: Path, **popen: object) -> subprocess.Popen[str]:
-    env = {**os.environ, MARK_ENV: mark, "PYTHONPATH": str(REPO)}
+    env = popen.pop("env", None) or {**os.environ, MARK_ENV: mark, "PYTHONPATH": str(REPO)}
     return subprocess.Popen(
         [sys.executable, "-m", "autotune", *args],
         cwd=cwd,
@@ -290,3 +290,71 @@ def test_confirmation_keeps_the_best_only_if_it_beats_the_noise(
     else:
         assert "block-size" not in best_yaml  # vLLM's defaults
         assert "not confirmed" in res.stderr or "baseline" in best_yaml
+
+
+def _kill_tool_when_engine_runs(proc: subprocess.Popen[str], mark: str, needle: str, settle_s: float) -> None:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()
+        if any(needle in " ".join(p.cmdline()) for p in processes_marked(mark)):
+            break
+        time.sleep(0.2)
+    else:
+        pytest.fail("engine never started")
+    time.sleep(settle_s)
+    proc.kill()  # SIGKILL: no handler, no atexit, no finally runs in the tool
+    proc.communicate(timeout=30)
+
+
+def test_sigkill_of_the_tool_leaves_no_engine_or_engine_child(tmp_path: Path, mark: str) -> None:
+    wl = _good_workload(tmp_path / "rag.jsonl", n=40)
+    proc = _autotune(
+        [
+            "run",
+            "--workload",
+            str(wl),
+            "--model",
+            "fake-model",
+            "--launcher",
+            " ".join(FAKE_LAUNCHER),
+            "--studies-dir",
+            str(tmp_path / "studies"),
+            "--no-check-args",
+            "--no-check-memory",
+            "--n-trials",
+            "2",
+        ],
+        mark,
+        tmp_path,
+        env={**os.environ, MARK_ENV: mark, "PYTHONPATH": str(REPO), "FAKE_SPAWN_CHILD": "1"},
+    )
+    _kill_tool_when_engine_runs(proc, mark, "fake_vllm.py", settle_s=1.0)
+    left = wait_no_processes(mark, timeout=20)
+    assert not left, [p.cmdline() for p in left]
+
+
+@pytest.mark.vllm
+def test_sigkill_of_the_tool_leaves_no_vllm_engine_core(tmp_path: Path, tiny_model: Path, mark: str) -> None:
+    """Seen before the guardian: the API server died with the tool but VLLM::EngineCore lived on."""
+    proc = _autotune(
+        [
+            "run",
+            "--workload",
+            str(REPO / "examples" / "rag.jsonl"),
+            "--model",
+            str(tiny_model),
+            "--studies-dir",
+            str(tmp_path / "studies"),
+            "--no-check-args",
+            "--n-trials",
+            "2",
+            "--engine-arg=--enforce-eager",
+            "--engine-arg=--max-model-len=2048",
+            "--engine-arg=--kv-cache-memory-bytes=64M",
+        ],
+        mark,
+        tmp_path,
+    )
+    _kill_tool_when_engine_runs(proc, mark, "VLLM::EngineCore", settle_s=3.0)
+    left = wait_no_processes(mark, timeout=30)
+    assert not left, [p.cmdline() for p in left]
