@@ -11,19 +11,12 @@ from typing import Any
 import optuna
 
 from autotune.compare import compare_configs, significant_gain
-from autotune.study import BASELINE_ATTR, Objective, best_feasible
+from autotune.study import Objective, baseline_trial, best_feasible
 from autotune.trial import VllmEvaluator
 
 __all__ = ["confirm_best"]
 
 log = logging.getLogger(__name__)
-
-
-def _baseline_trial(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
-    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
-        if t.user_attrs.get(BASELINE_ATTR) and t.user_attrs.get("status") == "ok":
-            return t
-    return None
 
 
 def confirm_best(
@@ -37,7 +30,7 @@ def confirm_best(
 ) -> tuple[optuna.trial.FrozenTrial | None, dict[str, Any] | None]:
     """The trial to export and the confirmation record (None when nothing needed confirming)."""
     best = best_feasible(study)
-    base = _baseline_trial(study)
+    base = baseline_trial(study)
     if best is None or base is None or best.number == base.number or rounds < 1:
         return best, None
     runner = dataclasses.replace(evaluator, log_dir=log_dir, arg_checker=None)

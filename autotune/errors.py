@@ -58,8 +58,8 @@ class EngineError(AutotuneError):
     pass
 
 
-class EngineStartError(EngineError):
-    """vLLM did not become healthy. ``failure`` is a short class name, ``log_tail`` the last lines."""
+class _EngineFailure(EngineError):
+    """``failure`` is a short class name (FailureClass value), ``log_tail`` the log's last lines."""
 
     def __init__(self, message: str, *, failure: str = "crash", log_tail: str = "", log_path: str = ""):
         super().__init__(message)
@@ -68,12 +68,12 @@ class EngineStartError(EngineError):
         self.log_path = log_path
 
 
-class EngineCrashed(EngineError):
-    def __init__(self, message: str, *, failure: str = "crash", log_tail: str = "", log_path: str = ""):
-        super().__init__(message)
-        self.failure = failure
-        self.log_tail = log_tail
-        self.log_path = log_path
+class EngineStartError(_EngineFailure):
+    """vLLM did not become healthy."""
+
+
+class EngineCrashed(_EngineFailure):
+    """vLLM died after it was healthy."""
 
 
 class EngineArgsError(EngineError):

@@ -10,16 +10,9 @@ import optuna
 
 from autotune.errors import ExportError
 from autotune.export._yaml import ExportedConfig, build_export, write_export
-from autotune.study import BASELINE_ATTR, best_feasible
+from autotune.study import BASELINE_ATTR, baseline_trial, best_feasible
 
 __all__ = ["export_best"]
-
-
-def _baseline(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
-    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
-        if t.user_attrs.get(BASELINE_ATTR) and t.user_attrs.get("status") == "ok":
-            return t
-    return None
 
 
 def export_best(
@@ -44,7 +37,7 @@ def export_best(
         + (" (the baseline: vLLM's defaults were best)" if best.user_attrs.get(BASELINE_ATTR) else ""),
         f"{metric}: {best.value:.4g}",
     ]
-    base = _baseline(study)
+    base = baseline_trial(study)
     if base is not None and base.value is not None and best.value:
         lines.append(f"baseline (vLLM defaults, trial {base.number}) {metric}: {base.value:.4g}")
     figures = best.user_attrs.get("figures") or {}

@@ -72,10 +72,16 @@ def _suggest(trial: optuna.Trial, name: str, p: Parameter) -> Any:
 
 
 def _baseline_throughput(study: optuna.Study) -> float | None:
+    base = baseline_trial(study)
+    figures = (base.user_attrs.get("figures") or {}) if base else {}
+    return float(figures.get("output_throughput", 0.0)) or None
+
+
+def baseline_trial(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
+    """The measured baseline (vLLM's defaults), if it ran."""
     for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
         if t.user_attrs.get(BASELINE_ATTR) and t.user_attrs.get("status") == TrialStatus.OK.value:
-            figures = t.user_attrs.get("figures") or {}
-            return float(figures.get("output_throughput", 0.0)) or None
+            return t
     return None
 
 
@@ -212,4 +218,4 @@ def run_study(
     return study
 
 
-__all__ += ["best_feasible", "load_or_create"]
+__all__ += ["baseline_trial", "best_feasible", "load_or_create"]

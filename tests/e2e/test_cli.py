@@ -171,7 +171,11 @@ def test_fake_study_through_the_cli_prints_progress_and_exports(tmp_path: Path, 
     assert (tmp_path / "studies" / "rag-s" / "trial-0000.log").exists()
 
 
-def _interrupt_when_engine_runs(proc: subprocess.Popen[str], mark: str, needle: str, settle_s: float) -> None:
+def _signal_when_engine_runs(
+    proc: subprocess.Popen[str], mark: str, needle: str, settle_s: float, sig: int = signal.SIGINT
+) -> None:
+    """Send ``sig`` to the tool once an engine process whose command contains ``needle`` runs
+    (SIGINT is Ctrl-C; SIGKILL leaves the tool no handler, atexit or finally)."""
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         assert proc.poll() is None, proc.communicate()
@@ -181,7 +185,7 @@ def _interrupt_when_engine_runs(proc: subprocess.Popen[str], mark: str, needle: 
     else:
         pytest.fail("engine never started")
     time.sleep(settle_s)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
 
 
 def test_ctrl_c_during_fake_measurement_leaves_no_engine(tmp_path: Path, mark: str) -> None:
@@ -207,7 +211,7 @@ def test_ctrl_c_during_fake_measurement_leaves_no_engine(tmp_path: Path, mark: s
         mark,
         tmp_path,
     )
-    _interrupt_when_engine_runs(proc, mark, "fake_vllm.py", settle_s=2.0)
+    _signal_when_engine_runs(proc, mark, "fake_vllm.py", settle_s=2.0)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert "interrupted" in err
@@ -238,7 +242,7 @@ def test_ctrl_c_during_real_vllm_start_leaves_no_vllm_process(
         tmp_path,
     )
     # Interrupt once vLLM's engine-core process exists (mid start-up: the hardest moment to clean up).
-    _interrupt_when_engine_runs(proc, mark, "vllm.entrypoints", settle_s=12.0)
+    _signal_when_engine_runs(proc, mark, "vllm.entrypoints", settle_s=12.0)
     _, err = proc.communicate(timeout=90)
     assert proc.returncode == 130, err
     left = wait_no_processes(mark, timeout=20)
@@ -292,20 +296,6 @@ def test_confirmation_keeps_the_best_only_if_it_beats_the_noise(
         assert "not confirmed" in res.stderr or "baseline" in best_yaml
 
 
-def _kill_tool_when_engine_runs(proc: subprocess.Popen[str], mark: str, needle: str, settle_s: float) -> None:
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, proc.communicate()
-        if any(needle in " ".join(p.cmdline()) for p in processes_marked(mark)):
-            break
-        time.sleep(0.2)
-    else:
-        pytest.fail("engine never started")
-    time.sleep(settle_s)
-    proc.kill()  # SIGKILL: no handler, no atexit, no finally runs in the tool
-    proc.communicate(timeout=30)
-
-
 def test_sigkill_of_the_tool_leaves_no_engine_or_engine_child(tmp_path: Path, mark: str) -> None:
     wl = _good_workload(tmp_path / "rag.jsonl", n=40)
     proc = _autotune(
@@ -328,7 +318,8 @@ def test_sigkill_of_the_tool_leaves_no_engine_or_engine_child(tmp_path: Path, ma
         tmp_path,
         env={**os.environ, MARK_ENV: mark, "PYTHONPATH": str(REPO), "FAKE_SPAWN_CHILD": "1"},
     )
-    _kill_tool_when_engine_runs(proc, mark, "fake_vllm.py", settle_s=1.0)
+    _signal_when_engine_runs(proc, mark, "fake_vllm.py", settle_s=1.0, sig=signal.SIGKILL)
+    proc.communicate(timeout=30)
     left = wait_no_processes(mark, timeout=20)
     assert not left, [p.cmdline() for p in left]
 
@@ -355,6 +346,7 @@ def test_sigkill_of_the_tool_leaves_no_vllm_engine_core(tmp_path: Path, tiny_mod
         mark,
         tmp_path,
     )
-    _kill_tool_when_engine_runs(proc, mark, "VLLM::EngineCore", settle_s=3.0)
+    _signal_when_engine_runs(proc, mark, "VLLM::EngineCore", settle_s=3.0, sig=signal.SIGKILL)
+    proc.communicate(timeout=30)
     left = wait_no_processes(mark, timeout=30)
     assert not left, [p.cmdline() for p in left]
