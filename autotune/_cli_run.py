@@ -153,6 +153,14 @@ def run(
     min_improvement: Annotated[
         float, typer.Option(help="With --confirm-rounds 1: smallest relative gain that counts (noise floor).")
     ] = 0.03,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            help="Print the exact commands (baseline and a few sampled trials) with their environment, "
+            "checked by vLLM's parser and the memory estimate; launch nothing, write nothing."
+        ),
+    ] = False,
+    dry_run_samples: Annotated[int, typer.Option(min=0, help="Sampled trials shown by --dry-run.")] = 3,
     check_args: Annotated[
         bool,
         typer.Option(help="Check each command with the installed vLLM's own parser before launching it."),
@@ -170,6 +178,7 @@ def run(
         default_launcher,
         installed_build,
         parse_engine_args,
+        preview_profile,
         select_profile,
     )
     from autotune.engine import default_space_path as profile_space_path
@@ -197,7 +206,11 @@ def run(
     if sample is not None:
         wl = sample_workload(wl, sample, seed)
     build, version = installed_build()
-    prof = select_profile(profile)
+    preview_note = None
+    if dry_run and profile is not None:
+        prof, preview_note = preview_profile(profile)
+    else:
+        prof = select_profile(profile)
     space_path = space or profile_space_path(prof)
     sp = apply_profile(load_search_space(space_path), prof)
     slos = dict(parse_slo(s) for s in (slo or []))
@@ -219,6 +232,20 @@ def run(
         api_key=api_key,
         startup_timeout_s=startup_timeout,
     )
+    platform: Literal["cpu", "cuda"] = "cpu" if sp.platform == "cpu" else "cuda"
+    guard = (
+        MemoryGuard.for_model(model, platform, host_share=host_share, allow_swap=allow_swap)
+        if check_memory
+        else None
+    )
+    if dry_run:
+        shown = clamp_space(sp, read_machine_facts(), host_share) if guard is not None else sp
+        if preview_note:
+            out.print(f"# {preview_note}")
+        _print_dry_run(
+            shown, launch, prof.name, dry_run_samples, seed, check_args and build != "missing", guard
+        )
+        return
     sdir = _study_dir(studies_dir, name)
     sdir.mkdir(parents=True, exist_ok=True)
     _log_to_file(sdir / "study.log")
@@ -240,14 +267,8 @@ def run(
         f"space {space_path} | workload {workload} ({len(wl)} requests, {arrival.describe()}) | "
         f"objective {obj.direction} {obj.metric}"
     )
-    platform: Literal["cpu", "cuda"] = "cpu" if sp.platform == "cpu" else "cuda"
-    guard = (
-        MemoryGuard.for_model(model, platform, host_share=host_share, allow_swap=allow_swap)
-        if check_memory
-        else None
-    )
     if guard is not None:
-        sp = clamp_space(sp, read_machine_facts(), host_share)
+        sp = clamp_space(sp, read_machine_facts(), host_share)  # logged in the study's log
     checker = VllmArgChecker() if check_args and build != "missing" else None
     evaluator = VllmEvaluator(
         spec=launch,
@@ -304,6 +325,39 @@ def run(
     out.print(f"wrote {target}")
     out.print(f"deploy: vllm serve --config {target}")
     out.print(f"or:     {exported.command}")
+
+
+def _print_dry_run(
+    sp: Any, launch: Any, profile: str, samples: int, seed: int, check_args: bool, guard: Any
+) -> None:
+    import json
+    import shlex
+
+    from autotune.dry_run import preview_commands
+    from autotune.engine import VllmArgChecker
+
+    checker = VllmArgChecker() if check_args else None
+    try:
+        previews = preview_commands(sp, launch, samples=samples, seed=seed, checker=checker, memory=guard)
+    finally:
+        if checker is not None:
+            checker.close()
+    for pname, reason in sp.unsupported.items():
+        out.print(f"# not tuned with profile {profile}: {pname}: {reason}")
+    for p in previews:
+        verdict = (
+            f"REJECTED by vLLM's parser: {p.parser_error}"
+            if p.parser_error
+            else ("accepted by vLLM's parser" if check_args else "not checked (--no-check-args)")
+        )
+        fit = "fits" if not p.fit_reasons else "does not fit: " + "; ".join(p.fit_reasons)
+        out.print(f"\n# {p.label}: {_fmt_params(p.params)}")
+        out.print(f"# {verdict}; memory: {fit if guard is not None else 'not checked'}")
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in p.env.items())
+        out.print((env + " " if env else "") + " ".join(shlex.quote(a) for a in p.argv), soft_wrap=True)
+        if p.transfer_config is not None:
+            out.print("# --kv-transfer-config:\n" + json.dumps(p.transfer_config, indent=2), soft_wrap=True)
+    out.print("\n# dry run: nothing was launched and no study was written (the port is chosen at launch)")
 
 
 def _arrival(

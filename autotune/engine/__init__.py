@@ -14,6 +14,7 @@ from autotune.engine._profiles import (
     default_space_path,
     detect_profile,
     installed_engine,
+    preview_profile,
     select_profile,
     supported_knobs,
 )
@@ -47,6 +48,7 @@ __all__ = [
     "parse_engine_args",
     "parse_kv_capacity",
     "port_is_free",
+    "preview_profile",
     "select_profile",
     "stop_all",
     "supported_knobs",

@@ -20,6 +20,7 @@ Detection reads package metadata only (importing vLLM takes seconds).
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import re
 from collections.abc import Iterable, Mapping
@@ -41,6 +42,7 @@ __all__ = [
     "default_space_path",
     "detect_profile",
     "installed_engine",
+    "preview_profile",
     "select_profile",
     "supported_knobs",
 ]
@@ -295,3 +297,23 @@ def supported_knobs(profile: EngineProfile, space: SearchSpace | None = None) ->
     space = space if space is not None else load_search_space(default_space_path(profile))
     resolved = apply_profile(space, profile)
     return [(name, describe_target(p)) for name, p in resolved.parameters.items()]
+
+
+def preview_profile(name: str) -> tuple[EngineProfile, str | None]:
+    """For ``--dry-run``: the named profile as it renders on the engine it is meant for, even when
+    this machine cannot run it (a GPU profile previewed on a CPU machine). The note says so."""
+    installed = installed_engine()
+    profile = build_profile(name, installed)
+    if profile.unavailable is None:
+        return profile, None
+    target = dataclasses.replace(
+        installed,
+        vllm_distribution="vllm",
+        vllm_version=(installed.vllm_version or "").partition("+")[0] or None,
+        lmcache_version=installed.lmcache_version or "(not installed here)",
+        ascend_version=installed.ascend_version or ("0.23" if name == "ascend" else None),
+        ascend_connector_module=installed.ascend_connector_module
+        or (ASCEND_CONNECTOR_MODULES[0] if name == "ascend" else None),
+    )
+    note = f"previewing profile {name} as its own engine would take it; here: {profile.unavailable}"
+    return build_profile(name, target), note

@@ -28,8 +28,8 @@ def _autotune(args: list[str], mark: str, cwd: Path, **popen: object) -> subproc
     )
 
 
-def _run(args: list[str], mark: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    p = _autotune(args, mark, cwd)
+def _run(args: list[str], mark: str, cwd: Path, **popen: object) -> subprocess.CompletedProcess[str]:
+    p = _autotune(args, mark, cwd, **popen)
     out, err = p.communicate(timeout=120)
     return subprocess.CompletedProcess(p.args, p.returncode, out, err)
 
@@ -350,3 +350,40 @@ def test_sigkill_of_the_tool_leaves_no_vllm_engine_core(tmp_path: Path, tiny_mod
     proc.communicate(timeout=30)
     left = wait_no_processes(mark, timeout=30)
     assert not left, [p.cmdline() for p in left]
+
+
+def test_dry_run_prints_checked_commands_and_launches_nothing(tmp_path: Path, mark: str) -> None:
+    """The CUDA space on the CPU build: offload is reported unsupported before launch, not a crash;
+    every command is checked by the installed vLLM's own parser; nothing starts, nothing is written."""
+    wl = _good_workload(tmp_path / "rag.jsonl")
+    res = _run(
+        [
+            "run",
+            "--workload",
+            str(wl),
+            "--model",
+            "m",
+            "--space",
+            str(REPO / "search_spaces" / "cuda.yaml"),
+            "--studies-dir",
+            str(tmp_path / "studies"),
+            "--dry-run",
+            "--dry-run-samples",
+            "3",
+            "--api-key-env",
+            "MY_KEY",
+            "--no-check-memory",
+        ],
+        mark,
+        tmp_path,
+        env={**os.environ, MARK_ENV: mark, "PYTHONPATH": str(REPO), "MY_KEY": "sk-secret-123"},
+    )
+    assert res.returncode == 0, res.stderr
+    assert "not tuned with profile cpu: cpu_swap_space_gb" in res.stdout
+    commands = [ln for ln in res.stdout.splitlines() if "--port" in ln and not ln.startswith("#")]
+    assert len(commands) == 4 and not any("--kv-offloading-size" in c for c in commands)
+    assert res.stdout.count("accepted by vLLM's parser") == 4  # the baseline and 3 samples
+    assert all("VLLM_API_KEY='***'" in c for c in commands)
+    assert "sk-secret-123" not in res.stdout + res.stderr
+    assert not (tmp_path / "studies").exists()
+    assert not processes_marked(mark)

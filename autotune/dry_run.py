@@ -1,0 +1,84 @@
+"""``autotune run --dry-run``: the exact commands a study would launch, checked, and nothing launched."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import optuna
+
+from autotune.engine import LaunchSpec, VllmArgChecker, build_argv
+from autotune.memory_guard import MemoryGuard
+from autotune.space import RenderedConfig, SearchSpace, render_values
+from autotune.study import suggest_values
+
+__all__ = ["CommandPreview", "preview_commands"]
+
+_PORT = 0  # a free port is chosen at launch; the preview shows 0
+
+
+@dataclass(frozen=True)
+class CommandPreview:
+    label: str
+    params: Mapping[str, Any]
+    argv: tuple[str, ...]
+    env: Mapping[str, str]  # what autotune adds to the environment; secrets masked
+    transfer_config: Mapping[str, Any] | None
+    parser_error: str | None  # None: vLLM's own parser accepts it (or no parser was asked)
+    fit_reasons: tuple[str, ...] = field(default=())  # why it would not fit (empty: it fits)
+
+
+def _env_shown(spec: LaunchSpec, rendered: RenderedConfig) -> dict[str, str]:
+    env = {**spec.env, **rendered.env}
+    if spec.api_key:
+        env["VLLM_API_KEY"] = "***"
+    return env
+
+
+def _transfer_config(argv: list[str]) -> dict[str, Any] | None:
+    if "--kv-transfer-config" in argv:
+        parsed: dict[str, Any] = json.loads(argv[argv.index("--kv-transfer-config") + 1])
+        return parsed
+    return None
+
+
+def preview_commands(
+    space: SearchSpace,
+    spec: LaunchSpec,
+    *,
+    samples: int,
+    seed: int,
+    checker: VllmArgChecker | None,
+    memory: MemoryGuard | None,
+) -> list[CommandPreview]:
+    """The baseline and ``samples`` configurations drawn at random from ``space``."""
+    sampler_study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=seed))  # in memory
+    configs: list[tuple[str, dict[str, Any]]] = [("baseline (vLLM defaults)", {})]
+    for i in range(samples):
+        trial = sampler_study.ask()
+        configs.append((f"sample {i + 1}", suggest_values(trial, space)))
+        sampler_study.tell(trial, 0.0)
+    out = []
+    for label, values in configs:
+        rendered = render_values(space, values) if values else RenderedConfig(args=())
+        argv = build_argv(spec, rendered, _PORT)
+        engine_argv = argv[len(spec.launcher) :]
+        error = None
+        if checker is not None:
+            check = checker.check(engine_argv)
+            error = None if check.ok else check.error
+        reasons = memory.check(engine_argv).reasons if memory is not None else ()
+        out.append(
+            CommandPreview(
+                label=label,
+                params=values,
+                argv=tuple(argv),
+                env=_env_shown(spec, rendered),
+                transfer_config=_transfer_config(argv),
+                parser_error=error,
+                fit_reasons=tuple(reasons),
+            )
+        )
+    return out
