@@ -151,7 +151,7 @@ def run(
         ),
     ] = 0,
     min_improvement: Annotated[
-        float, typer.Option(help="With --confirm-rounds 1: smallest relative gain that counts (noise floor).")
+        float, typer.Option(help="With --confirm-rounds: smallest relative gain of the median that counts.")
     ] = 0.03,
     dry_run: Annotated[
         bool,

@@ -66,9 +66,11 @@ def test_a_gain_inside_the_noise_is_not_called_an_improvement() -> None:
     from autotune.compare import significant_gain
 
     ok, why = significant_gain(_comparison([100, 104, 98], [97, 101, 99]), "ttft_p90", maximize=False)
-    assert not ok and "overlap" in why
+    assert not ok and "ranges overlap" in why
     ok, _ = significant_gain(_comparison([100, 104, 98], [80, 83, 81]), "ttft_p90", maximize=False)
     assert ok
+    ok, why = significant_gain(_comparison([100, 101], [99.0, 99.5]), "ttft_p90", maximize=False)
+    assert not ok and "do not overlap" in why  # disjoint by luck, but inside the noise floor
     ok, why = significant_gain(_comparison([100], [98.5]), "ttft_p90", maximize=False, min_improvement=0.03)
     assert not ok and "noise floor" in why
     ok, _ = significant_gain(_comparison([100], [120]), "ttft_p90", maximize=True)
