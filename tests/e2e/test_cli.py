@@ -46,6 +46,16 @@ def _good_workload(path: Path, n: int = 6) -> Path:
     return path
 
 
+def _real_vllm_run(tiny_model: Path, tmp_path: Path) -> list[str]:
+    """A 2-trial study on the real CPU build of the example RAG workload."""
+    return [
+        "run", "--workload", str(REPO / "examples" / "rag.jsonl"), "--model", str(tiny_model),
+        "--studies-dir", str(tmp_path / "studies"), "--no-check-args", "--n-trials", "2",
+        "--engine-arg=--enforce-eager", "--engine-arg=--max-model-len=2048",
+        "--engine-arg=--kv-cache-memory-bytes=64M",
+    ]  # fmt: skip
+
+
 def _error_lines(stderr: str) -> list[str]:
     return [ln for ln in stderr.splitlines() if ln.strip()]
 
@@ -223,21 +233,7 @@ def test_ctrl_c_during_real_vllm_start_leaves_no_vllm_process(
     tmp_path: Path, tiny_model: Path, mark: str
 ) -> None:
     proc = _autotune(
-        [
-            "run",
-            "--workload",
-            str(REPO / "examples" / "rag.jsonl"),
-            "--model",
-            str(tiny_model),
-            "--studies-dir",
-            str(tmp_path / "studies"),
-            "--no-check-args",
-            "--n-trials",
-            "2",
-            "--engine-arg=--enforce-eager",
-            "--engine-arg=--max-model-len=2048",
-            "--engine-arg=--kv-cache-memory-bytes=64M",
-        ],
+        _real_vllm_run(tiny_model, tmp_path),
         mark,
         tmp_path,
     )
@@ -330,21 +326,7 @@ def test_sigkill_of_the_tool_leaves_no_engine_or_engine_child(tmp_path: Path, ma
 def test_sigkill_of_the_tool_leaves_no_vllm_engine_core(tmp_path: Path, tiny_model: Path, mark: str) -> None:
     """Seen before the guardian: the API server died with the tool but VLLM::EngineCore lived on."""
     proc = _autotune(
-        [
-            "run",
-            "--workload",
-            str(REPO / "examples" / "rag.jsonl"),
-            "--model",
-            str(tiny_model),
-            "--studies-dir",
-            str(tmp_path / "studies"),
-            "--no-check-args",
-            "--n-trials",
-            "2",
-            "--engine-arg=--enforce-eager",
-            "--engine-arg=--max-model-len=2048",
-            "--engine-arg=--kv-cache-memory-bytes=64M",
-        ],
+        _real_vllm_run(tiny_model, tmp_path),
         mark,
         tmp_path,
     )
