@@ -55,14 +55,14 @@ def _main(
 
 
 def _register_subcommands() -> None:
-    from autotune import _cli_compare, _cli_run
+    from autotune import _cli_compare, _cli_run, _cli_study
     from autotune.workload.cli import app as workload_app
 
     app.command("run")(_cli_run.run)
-    app.command("export")(_cli_run.export)
-    app.command("show")(_cli_run.show)
+    app.command("export")(_cli_study.export)
+    app.command("show")(_cli_study.show)
     app.command("compare")(_cli_compare.compare)
-    app.command("tiny-model")(_cli_run.tiny_model)
+    app.command("tiny-model")(_cli_study.tiny_model)
     app.add_typer(
         workload_app, name="workload", help="Synthesize, import, inspect and validate workload files."
     )
