@@ -38,6 +38,7 @@ lint: setup
 	$(BIN)/ruff check autotune tests benchmarks
 	$(BIN)/ruff format --check autotune tests benchmarks
 	$(BIN)/mypy autotune
+	$(BIN)/lint-imports
 
 test: lint
 	$(BIN)/python -m pytest -q -rs

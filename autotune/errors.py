@@ -10,9 +10,11 @@
     │   ├── EngineStartError       vLLM exited or timed out before it was healthy (has a failure class)
     │   ├── EngineCrashed          vLLM died after it was healthy (mid-run)
     │   └── EngineArgsError        the rendered command is rejected by vLLM's own argument parser
-    ├── BenchError                 a replay could not be carried out (not a failed request: those are data)
     ├── StorageError               the study storage could not be opened or used
     └── ExportError                no trial to export, or the export could not be written
+
+Exit codes (``autotune run``; the nightly command adds its own): 0 done, 1 other error, 2 bad
+input or usage, 5 no baseline could be measured, 130 interrupted.
 
 Expected trial outcomes (out of memory, a bad flag combination, a start-up timeout) are
 converted into data by the study loop: the trial is recorded as failed or infeasible with
@@ -22,8 +24,8 @@ its reason. Programming errors are not caught.
 from __future__ import annotations
 
 __all__ = [
+    "EXIT_NO_BASELINE",
     "AutotuneError",
-    "BenchError",
     "ConfigError",
     "EngineArgsError",
     "EngineCrashed",
@@ -34,6 +36,9 @@ __all__ = [
     "StorageError",
     "WorkloadError",
 ]
+
+
+EXIT_NO_BASELINE = 5
 
 
 class AutotuneError(Exception):
@@ -78,10 +83,6 @@ class EngineCrashed(_EngineFailure):
 
 class EngineArgsError(EngineError):
     exit_code = 2
-
-
-class BenchError(AutotuneError):
-    pass
 
 
 class StorageError(AutotuneError):

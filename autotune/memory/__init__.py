@@ -2,12 +2,11 @@
 
 ``ModelShape`` (from ``config.json``) -> ``estimate_memory`` (vLLM's accounting, before a
 launch) -> ``check_feasibility`` (against ``read_machine_facts``) -> ``MemorySampler`` (peaks
-during a run) -> ``memory_constraint_violations``. ``doctor_report`` shows it all at once.
+during a run) -> ``memory_constraint_violations``.
 """
 
 from __future__ import annotations
 
-from autotune.memory._doctor import HYPOTHETICAL_GPUS, VllmInfo, doctor_report, installed_vllm_info
 from autotune.memory._estimate import (
     CPU_RUNTIME_RESERVE_BYTES,
     CUDA_GRAPH_RESERVE_BYTES,
@@ -15,6 +14,7 @@ from autotune.memory._estimate import (
     PROFILED_KV_TOLERANCE_BYTES,
     GiB,
     MemoryEstimate,
+    Platform,
     activation_reserve_bytes,
     cpu_kv_tokens,
     estimate_memory,
@@ -55,7 +55,6 @@ __all__ = [
     "DEFAULT_HOST_SHARE",
     "GPU_FULL_MARGIN_BYTES",
     "HOST_FULL_SHARE",
-    "HYPOTHETICAL_GPUS",
     "NON_TORCH_RESERVE_BYTES",
     "PROFILED_KV_TOLERANCE_BYTES",
     "DiskSpace",
@@ -70,18 +69,16 @@ __all__ = [
     "MemoryPeak",
     "MemorySampler",
     "ModelShape",
+    "Platform",
     "SwapReading",
     "SystemProbe",
-    "VllmInfo",
     "activation_reserve_bytes",
     "check_feasibility",
     "clamp_offload_range",
     "cpu_kv_tokens",
-    "doctor_report",
     "dtype_bytes",
     "estimate_memory",
     "host_offload_bytes",
-    "installed_vllm_info",
     "kv_dtype_bytes",
     "memory_constraint_violations",
     "read_machine_facts",

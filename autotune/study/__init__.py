@@ -1,14 +1,27 @@
-"""Optuna studies: suggest, constrain, persist. Never opens a socket or a subprocess."""
+"""Optuna studies: suggest, constrain, persist, and the typed trial record. Never opens a socket
+or a subprocess, and never imports ``engine`` or ``bench``."""
 
 from __future__ import annotations
 
 from autotune.study._objective import Objective, parse_slo
-from autotune.study._runner import (
+from autotune.study._record import (
     BASELINE_ATTR,
-    StudyRun,
+    RECORD_VERSION,
+    Evaluator,
+    Figures,
+    Metrics,
+    TrialRecord,
+    TrialStatus,
+    constraints_hold,
+    read_record,
+    write_record,
+)
+from autotune.study._runner import (
+    REFERENCE_ATTR,
     TrialReport,
     baseline_trial,
     best_feasible,
+    ensure_baseline,
     load_or_create,
     run_study,
     suggest_values,
@@ -17,17 +30,27 @@ from autotune.study._storage import STORAGE_ENV, open_storage, redact_url, resol
 
 __all__ = [
     "BASELINE_ATTR",
+    "RECORD_VERSION",
+    "REFERENCE_ATTR",
     "STORAGE_ENV",
+    "Evaluator",
+    "Figures",
+    "Metrics",
     "Objective",
-    "StudyRun",
+    "TrialRecord",
     "TrialReport",
+    "TrialStatus",
     "baseline_trial",
     "best_feasible",
+    "constraints_hold",
+    "ensure_baseline",
     "load_or_create",
     "open_storage",
     "parse_slo",
+    "read_record",
     "redact_url",
     "resolve_storage_url",
     "run_study",
     "suggest_values",
+    "write_record",
 ]

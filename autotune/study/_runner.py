@@ -1,7 +1,9 @@
 """The study loop: Optuna proposes, the evaluator measures, constraints steer the sampler.
 
-Trial 0 of every study is vLLM's defaults (no tuned flag rendered), so each study says how
-much it gained over them. Re-running a study with the same name and storage resumes it.
+The first trial of every study is the baseline: vLLM's defaults plus the user's fixed flags (or
+a named reference when the defaults cannot run here), so each study says what it gained. It is
+enqueued whenever the study has no measured baseline, so a baseline interrupted by Ctrl-C is
+measured on resume. Re-running a study with the same name and storage resumes it.
 """
 
 from __future__ import annotations
@@ -15,15 +17,31 @@ from typing import Any
 import optuna
 
 from autotune.errors import StorageError
-from autotune.outcome import Evaluator, TrialStatus
 from autotune.space import Parameter, RenderedConfig, SearchSpace, render_values
 from autotune.study._objective import Objective
+from autotune.study._record import (
+    BASELINE_ATTR,
+    Evaluator,
+    TrialRecord,
+    TrialStatus,
+    constraints_hold,
+    read_record,
+    write_record,
+)
 from autotune.study._storage import open_storage, redact_url
 
-__all__ = ["BASELINE_ATTR", "StudyRun", "TrialReport", "run_study", "suggest_values"]
+__all__ = [
+    "TrialReport",
+    "baseline_trial",
+    "best_feasible",
+    "ensure_baseline",
+    "load_or_create",
+    "run_study",
+    "suggest_values",
+]
 
 log = logging.getLogger(__name__)
-BASELINE_ATTR = "baseline"
+REFERENCE_ATTR = "reference_params"  # study attr: the baseline's params when it is not the defaults
 
 
 @dataclass(frozen=True)
@@ -31,21 +49,12 @@ class TrialReport:
     """What the CLI shows after each trial."""
 
     number: int
-    baseline: bool
     params: Mapping[str, Any]
-    record: Mapping[str, Any]  # the trial's stored record (status, figures, metrics, failure, ...)
+    record: TrialRecord
     value: float | None
     feasible: bool
     best_number: int | None
     best_value: float | None
-
-
-@dataclass(frozen=True)
-class StudyRun:
-    study_name: str
-    storage_url: str  # redacted
-    metric: str
-    direction: str
 
 
 def suggest_values(trial: optuna.Trial, space: SearchSpace) -> dict[str, Any]:
@@ -71,24 +80,29 @@ def _suggest(trial: optuna.Trial, name: str, p: Parameter) -> Any:
     return trial.suggest_float(name, p.low, p.high, step=p.step, log=p.log)
 
 
-def _baseline_throughput(study: optuna.Study) -> float | None:
-    base = baseline_trial(study)
-    figures = (base.user_attrs.get("figures") or {}) if base else {}
-    return float(figures.get("output_throughput", 0.0)) or None
+def _completed(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
+    return study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
 
 
 def baseline_trial(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
-    """The measured baseline (vLLM's defaults), if it ran."""
-    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
-        if t.user_attrs.get(BASELINE_ATTR) and t.user_attrs.get("status") == TrialStatus.OK.value:
+    """The measured baseline, if it ran."""
+    for t in _completed(study):
+        rec = read_record(t)
+        if rec.baseline and rec.ok:
             return t
     return None
+
+
+def _baseline_throughput(study: optuna.Study) -> float | None:
+    base = baseline_trial(study)
+    figures = read_record(base).figures if base else None
+    return (figures.output_throughput or None) if figures else None
 
 
 def _measured_twin(
     study: optuna.Study, number: int, values: Mapping[str, Any]
 ) -> optuna.trial.FrozenTrial | None:
-    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
+    for t in _completed(study):
         if t.number != number and t.params == dict(values) and not t.user_attrs.get(BASELINE_ATTR):
             return t
     return None
@@ -97,30 +111,48 @@ def _measured_twin(
 def best_feasible(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
     best: optuna.trial.FrozenTrial | None = None
     sign = 1.0 if study.direction == optuna.study.StudyDirection.MINIMIZE else -1.0
-    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
-        if t.value is None or not Objective.is_feasible(t.user_attrs.get("constraints", [1.0])):
+    for t in _completed(study):
+        rec = read_record(t)
+        if t.value is None or not rec.ok or not constraints_hold(rec.constraints or (1.0,)):
             continue
         if best is None or sign * t.value < sign * (best.value or 0.0):
             best = t
     return best
 
 
+def ensure_baseline(study: optuna.Study, reference: Mapping[str, Any] | None = None) -> bool:
+    """Enqueue the baseline unless the study has a measured one or one waiting (True: enqueued).
+
+    ``reference``: the parameters of a runnable reference when vLLM's defaults cannot run here
+    (stored on the study, so every worker and every later run measures the same one). Two workers
+    racing here may both enqueue; the second baseline then reuses the first one's measurement.
+    """
+    if reference is not None:
+        study.set_user_attr(REFERENCE_ATTR, dict(reference))
+    if baseline_trial(study) is not None:
+        return False
+    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)):
+        if t.user_attrs.get(BASELINE_ATTR):
+            return False
+    study.enqueue_trial({}, user_attrs={BASELINE_ATTR: True})
+    return True
+
+
 def load_or_create(storage_url: str, study_name: str, objective: Objective, seed: int | None) -> optuna.Study:
     storage = open_storage(storage_url)
     sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=4, multivariate=True)
     try:
-        try:  # the worker that creates the study enqueues the baseline: one baseline, however many workers
+        try:
             study = optuna.create_study(
                 storage=storage, study_name=study_name, direction=objective.direction, sampler=sampler
             )
-            study.enqueue_trial({}, user_attrs={BASELINE_ATTR: True})
         except optuna.exceptions.DuplicatedStudyError:
             study = optuna.load_study(study_name=study_name, storage=storage, sampler=sampler)
     except StorageError:
         raise
     except Exception as exc:  # sqlalchemy/optuna errors on a broken database
         raise StorageError(
-            f"storage {redact_url(storage_url)}: cannot open study {study_name!r}: {exc}"
+            f"storage {redact_url(storage_url)}: cannot open study {study_name!r}: {_first_line(exc)}"
         ) from exc
     if study.direction.name.lower() != objective.direction:
         raise StorageError(
@@ -137,6 +169,19 @@ def load_or_create(storage_url: str, study_name: str, objective: Objective, seed
     return study
 
 
+def _first_line(exc: BaseException) -> str:
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+
+
+def _reuse(trial: optuna.Trial, twin: optuna.trial.FrozenTrial, is_baseline: bool) -> float:
+    rec = read_record(twin)
+    write_record(trial, rec.with_(baseline=is_baseline, duplicate_of=twin.number))
+    for cname, cvalue in zip(rec.constraint_names, rec.constraints, strict=False):
+        trial.set_constraint(cname, cvalue)
+    assert twin.value is not None
+    return twin.value
+
+
 def run_study(
     *,
     study: optuna.Study,
@@ -149,49 +194,57 @@ def run_study(
     on_trial_done: Callable[[TrialReport], None] | None = None,
     reuse_duplicates: bool = True,
 ) -> optuna.Study:
-    """Run ``n_trials`` more trials (a new study's first trial is the baseline, enqueued at creation)."""
+    """Run ``n_trials`` more trials; a study without a measured baseline measures it first."""
+    ensure_baseline(study)
 
     def objective_fn(trial: optuna.Trial) -> float:
         is_baseline = bool(trial.user_attrs.get(BASELINE_ATTR))
-        values = {} if is_baseline else suggest_values(trial, space)
-        rendered = RenderedConfig(args=()) if is_baseline else render_values(space, values)
-        log.info("trial %d %s", trial.number, "baseline (vLLM defaults)" if is_baseline else values)
+        reference = study.user_attrs.get(REFERENCE_ATTR) if is_baseline else None
+        values = dict(reference or {}) if is_baseline else suggest_values(trial, space)
+        rendered = render_values(space, values) if values else RenderedConfig(args=())
+        label = "baseline" + (f" (reference {values})" if values else " (vLLM defaults)")
+        log.info("trial %d %s", trial.number, label if is_baseline else values)
         if on_trial_start is not None:
             on_trial_start(trial.number, is_baseline, values)
-        twin = None if is_baseline or not reuse_duplicates else _measured_twin(study, trial.number, values)
+        measured_base = baseline_trial(study) if is_baseline else None
+        twin = (
+            measured_base
+            if measured_base is not None
+            else (
+                None if is_baseline or not reuse_duplicates else _measured_twin(study, trial.number, values)
+            )
+        )
         if twin is not None:  # samplers re-propose configs; a vLLM start is too dear to spend on a repeat
             log.info(
                 "trial %d: same configuration as trial %d, its measurement is reused",
                 trial.number,
                 twin.number,
             )
-            for key, val in twin.user_attrs.items():
-                if key != BASELINE_ATTR:
-                    trial.set_user_attr(key, val)
-            trial.set_user_attr("duplicate_of", twin.number)
-            for cname, cvalue in twin.constraints.items():
-                trial.set_constraint(cname, cvalue)
-            assert twin.value is not None
-            return twin.value
-        outcome = evaluator(trial.number, rendered)
-        record = outcome.record()
-        for key, val in record.items():
-            trial.set_user_attr(key, val)
-        trial.set_user_attr("rendered_args", list(rendered.args))
-        trial.set_user_attr("rendered_env", dict(rendered.env))
+            return _reuse(trial, twin, is_baseline)
+        record = evaluator(trial.number, rendered)
         baseline_tput = None if is_baseline else _baseline_throughput(study)
-        feasible = outcome.status == TrialStatus.OK
         constraints = objective.constraints(
-            record["figures"], baseline_tput, feasible=feasible, memory_violations=len(outcome.violations)
+            record.figures.as_dict() if record.figures else None,
+            baseline_tput,
+            feasible=record.ok,
+            memory_violations=len(record.violations),
         )
-        trial.set_user_attr("constraints", constraints)
-        trial.set_user_attr("constraint_names", objective.constraint_names())
-        for cname, cvalue in zip(objective.constraint_names(), constraints, strict=True):
+        names = objective.constraint_names()
+        record = record.with_(
+            rendered_args=tuple(rendered.args),
+            rendered_env=dict(rendered.env),
+            baseline=is_baseline,
+            reference=", ".join(f"{k}={v}" for k, v in values.items()) if is_baseline and values else None,
+            constraints=tuple(constraints),
+            constraint_names=tuple(names),
+        )
+        write_record(trial, record)
+        for cname, cvalue in zip(names, constraints, strict=True):
             trial.set_constraint(cname, cvalue)  # the sampler learns the infeasible region from these
         value = objective.penalty()
-        if outcome.figures is not None:
-            measured = outcome.figures.metric(objective.metric)
-            if not math.isnan(measured):
+        if record.figures is not None:
+            measured = record.figures.get(objective.metric)
+            if measured is not None and not math.isnan(measured):
                 value = measured
         return value
 
@@ -199,16 +252,14 @@ def run_study(
         if on_trial_done is None:
             return
         best = best_feasible(st)
-        cons = frozen.user_attrs.get("constraints", [1.0])
-        outcome_status = frozen.user_attrs.get("status")
+        rec = read_record(frozen)
         on_trial_done(
             TrialReport(
                 number=frozen.number,
-                baseline=bool(frozen.user_attrs.get(BASELINE_ATTR)),
                 params=frozen.params,
-                record=dict(frozen.user_attrs),
-                value=frozen.value if outcome_status == TrialStatus.OK.value else None,
-                feasible=Objective.is_feasible(cons),
+                record=rec,
+                value=frozen.value if rec.status is TrialStatus.OK else None,
+                feasible=rec.ok and constraints_hold(rec.constraints or (1.0,)),
                 best_number=best.number if best else None,
                 best_value=best.value if best else None,
             )
@@ -216,6 +267,3 @@ def run_study(
 
     study.optimize(objective_fn, n_trials=n_trials, timeout=timeout_s, callbacks=[callback])
     return study
-
-
-__all__ += ["baseline_trial", "best_feasible", "load_or_create"]

@@ -6,6 +6,7 @@ with one line each, naming the file, line and field.
 
 from __future__ import annotations
 
+from autotune.workload._arrivals import arrival_offsets
 from autotune.workload._importers import ImportResult, import_bench_jsonl, import_openai_log, import_sharegpt
 from autotune.workload._inspect import LengthStats, WorkloadReport, inspect_workload, prefix_reuse
 from autotune.workload._loader import load_workload, sample_workload, write_jsonl
@@ -31,6 +32,7 @@ __all__ = [
     "Workload",
     "WorkloadReport",
     "WorkloadRequest",
+    "arrival_offsets",
     "count_tokens",
     "import_bench_jsonl",
     "import_openai_log",

@@ -6,7 +6,8 @@ random pseudo-words drawn from a seeded vocabulary, so different documents do no
 by accident. Lengths are in tokens of ``tokenizer`` when one is given (within 2 tokens), else in
 words (1 token is taken as 1 word).
 
-Timestamps come from a Poisson process at ``rate`` (requests or sessions per second); ``rate=None``
+Timestamps come from a Poisson process at ``rate`` (requests or sessions per second; the process of
+:func:`autotune.workload.arrival_offsets`, which the replayer's ``--rate`` also uses); ``rate=None``
 leaves them out (the replayer then sends as fast as its concurrency allows). A later turn of a chat
 session carries ``think_time`` and a timestamp that is a lower bound (session start plus the think
 times before it): the replayer sends it ``think_time`` seconds after the previous turn completed.
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from autotune.errors import WorkloadError
+from autotune.workload._arrivals import arrival_offsets
 from autotune.workload._tokens import PromptTokenizer
 
 __all__ = ["LengthSpec", "TextGenerator", "synth_chat", "synth_prefix_repeat", "synth_rag"]
@@ -123,18 +125,13 @@ class TextGenerator:
         return best
 
 
-def _arrivals(n: int, rate: float | None, rng: random.Random) -> list[float] | None:
+def _arrivals(n: int, rate: float | None, seed: int) -> list[float] | None:
     """Poisson arrival times (first at 0), in seconds rounded to milliseconds; None without a rate."""
     if rate is None:
         return None
     if rate <= 0:
         raise WorkloadError(f"rate {rate}: must be > 0 requests per second (or leave it out)")
-    times, t = [], 0.0
-    for i in range(n):
-        if i:
-            t += rng.expovariate(rate)
-        times.append(round(t, 3))
-    return times
+    return [round(float(t), 3) for t in arrival_offsets(n, rate, seed=seed)]
 
 
 def _check_counts(**counts: int) -> None:
@@ -177,7 +174,7 @@ def synth_rag(
             )
     if shuffle:
         rng.shuffle(records)
-    return _with_times(records, _arrivals(len(records), rate, rng))
+    return _with_times(records, _arrivals(len(records), rate, seed))
 
 
 def _with_times(records: list[Record], times: list[float] | None) -> list[Record]:
@@ -215,7 +212,7 @@ def synth_chat(
     rng = random.Random(f"chat-{seed}")
     system_prompt = text.text(system_tokens)
     docs = [text.text(document_tokens) for _ in range(documents)]
-    starts = _arrivals(sessions, rate, rng)
+    starts = _arrivals(sessions, rate, seed)
     keyed: list[tuple[float, int, int, Record]] = []
     for s in range(sessions):
         system = f"{system_prompt}\n\nProduct documentation:\n{docs[s % documents]}".strip()
@@ -259,4 +256,4 @@ def synth_prefix_repeat(
         }
         for k in range(suffixes)
     ]
-    return _with_times(records, _arrivals(len(records), rate, rng))
+    return _with_times(records, _arrivals(len(records), rate, seed))

@@ -46,11 +46,31 @@ def _good_workload(path: Path, n: int = 6) -> Path:
     return path
 
 
+def _fake_model(tmp_path: Path) -> Path:
+    """A model directory as the tool checks it (config.json); the fake server serves it."""
+    model = tmp_path / "fake-model"
+    model.mkdir(exist_ok=True)
+    (model / "config.json").write_text(
+        (REPO / "tests" / "data" / "model_configs" / "tiny-llama-2layer.json").read_text()
+    )
+    return model
+
+
+def _fake_run(tmp_path: Path, wl: Path, *extra: str) -> list[str]:
+    """``autotune run`` against the fake server: no vLLM parser, no memory checks, no confirmation
+    unless ``extra`` asks for them."""
+    return [
+        "run", "--workload", str(wl), "--model", str(_fake_model(tmp_path)),
+        "--launcher", " ".join(FAKE_LAUNCHER), "--studies-dir", str(tmp_path / "studies"),
+        "--no-check-args", "--no-check-memory", "--confirm-rounds", "0", *extra,
+    ]  # fmt: skip
+
+
 def _real_vllm_run(tiny_model: Path, tmp_path: Path) -> list[str]:
     """A 2-trial study on the real CPU build of the example RAG workload."""
     return [
         "run", "--workload", str(REPO / "examples" / "rag.jsonl"), "--model", str(tiny_model),
-        "--studies-dir", str(tmp_path / "studies"), "--no-check-args", "--n-trials", "2",
+        "--studies-dir", str(tmp_path / "studies"), "--no-check-args", "--n-trials", "2", "--confirm-rounds", "0",
         "--engine-arg=--enforce-eager", "--engine-arg=--max-model-len=2048",
         "--engine-arg=--kv-cache-memory-bytes=64M",
     ]  # fmt: skip
@@ -96,24 +116,7 @@ def test_malformed_search_space_is_one_line_error_and_nothing_starts(tmp_path: P
         "name: s\nplatform: cpu\nparameters:\n  block_size:\n    type: categorical\n"
         "    choises: [32, 64]\n    flag: --block-size\n"
     )
-    res = _run(
-        [
-            "run",
-            "--workload",
-            str(wl),
-            "--model",
-            "m",
-            "--space",
-            str(space),
-            "--launcher",
-            " ".join(FAKE_LAUNCHER),
-            "--studies-dir",
-            str(tmp_path / "studies"),
-            "--no-check-args",
-        ],
-        mark,
-        tmp_path,
-    )
+    res = _run(_fake_run(tmp_path, wl, "--space", str(space)), mark, tmp_path)
     assert res.returncode == 2, res.stderr
     errs = _error_lines(res.stderr)
     assert len(errs) == 1, errs
@@ -122,26 +125,55 @@ def test_malformed_search_space_is_one_line_error_and_nothing_starts(tmp_path: P
     assert not (tmp_path / "studies").exists()
 
 
-def test_run_help_lists_every_option(tmp_path: Path, mark: str) -> None:
-    res = _run(["run", "--help"], mark, tmp_path)
-    assert res.returncode == 0
-    for opt in (
-        "--workload",
-        "--model",
-        "--space",
-        "--study",
-        "--storage",
-        "--n-trials",
-        "--timeout",
-        "--objective",
-        "--slo",
-        "--out",
-        "--engine-arg",
-        "--launcher",
-        "--rate",
-        "--concurrency",
-    ):
-        assert opt in res.stdout, opt
+def _commands() -> list[tuple[list[str], object]]:
+    """Every command of the CLI (subcommands too), as (argv prefix, click command)."""
+    import typer
+
+    from autotune.cli import app
+
+    found: list[tuple[list[str], object]] = []
+
+    def walk(prefix: list[str], cmd: object) -> None:
+        subs = getattr(cmd, "commands", None)
+        if subs:
+            for name, sub in subs.items():
+                walk([*prefix, name], sub)
+        else:
+            found.append((prefix, cmd))
+
+    walk([], typer.main.get_command(app))
+    return found
+
+
+COMMANDS = _commands()
+
+
+@pytest.mark.parametrize("prefix", [c for c, _ in COMMANDS], ids=[" ".join(c) for c, _ in COMMANDS])
+def test_help_lists_every_option_of_every_command(tmp_path: Path, mark: str, prefix: list[str]) -> None:
+    cmd = dict((tuple(c), k) for c, k in COMMANDS)[tuple(prefix)]
+    options = [o for p in cmd.params for o in p.opts if o.startswith("--")]  # type: ignore[attr-defined]
+    res = _run(
+        [*prefix, "--help"], mark, tmp_path, env={**os.environ, "COLUMNS": "250", "PYTHONPATH": str(REPO)}
+    )
+    assert res.returncode == 0, res.stderr
+    missing = [o for o in options if o not in res.stdout]
+    assert not missing, missing
+
+
+@pytest.mark.parametrize("prefix", [c for c, _ in COMMANDS], ids=[" ".join(c) for c, _ in COMMANDS])
+def test_a_misspelled_option_is_a_one_line_usage_error_on_every_command(
+    tmp_path: Path, mark: str, prefix: list[str]
+) -> None:
+    cmd = dict((tuple(c), k) for c, k in COMMANDS)[tuple(prefix)]
+    real = next(o for p in cmd.params for o in p.opts if o.startswith("--") and o != "--help")  # type: ignore[attr-defined]
+    typo = real + "x"  # --workload -> --workloadx: click suggests the real one
+    res = _run([*prefix, typo, "1"], mark, tmp_path)
+    assert res.returncode == 2, res.stderr
+    assert "Traceback" not in res.stderr
+    errors = [ln for ln in res.stderr.splitlines() if ln.startswith("Error:")]
+    assert len(errors) == 1 and typo in errors[0], res.stderr
+    assert "Usage:" in res.stderr
+    assert real in errors[0], errors  # "Possible options: ..." names the one meant
 
 
 def test_fake_study_through_the_cli_prints_progress_and_exports(tmp_path: Path, mark: str) -> None:
@@ -152,24 +184,9 @@ def test_fake_study_through_the_cli_prints_progress_and_exports(tmp_path: Path, 
         "  block_size: {type: categorical, choices: [32, 64, 128], flag: --block-size}\n"
     )
     res = _run(
-        [
-            "run",
-            "--workload",
-            str(wl),
-            "--model",
-            "fake-model",
-            "--space",
-            str(space),
-            "--launcher",
-            " ".join(FAKE_LAUNCHER),
-            "--studies-dir",
-            str(tmp_path / "studies"),
-            "--no-check-args",
-            "--n-trials",
-            "3",
-            "--out",
-            str(tmp_path / "best.yaml"),
-        ],
+        _fake_run(
+            tmp_path, wl, "--space", str(space), "--n-trials", "3", "--out", str(tmp_path / "best.yaml")
+        ),
         mark,
         tmp_path,
     )
@@ -203,24 +220,7 @@ def test_ctrl_c_during_fake_measurement_leaves_no_engine(tmp_path: Path, mark: s
     with wl.open("w") as f:
         for i in range(40):
             f.write(json.dumps({"prompt": f"q{i}", "max_tokens": 200, "timestamp": i * 0.5}) + "\n")
-    proc = _autotune(
-        [
-            "run",
-            "--workload",
-            str(wl),
-            "--model",
-            "fake-model",
-            "--launcher",
-            " ".join(FAKE_LAUNCHER),
-            "--studies-dir",
-            str(tmp_path / "studies"),
-            "--no-check-args",
-            "--n-trials",
-            "3",
-        ],
-        mark,
-        tmp_path,
-    )
+    proc = _autotune(_fake_run(tmp_path, wl, "--n-trials", "3"), mark, tmp_path)
     _signal_when_engine_runs(proc, mark, "fake_vllm.py", settle_s=2.0)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
@@ -258,20 +258,7 @@ def test_confirmation_keeps_the_best_only_if_it_beats_the_noise(
     )
     res = _run(
         [
-            "run",
-            "--workload",
-            str(wl),
-            "--model",
-            "fake-model",
-            "--space",
-            str(space),
-            "--launcher",
-            " ".join(FAKE_LAUNCHER),
-            "--studies-dir",
-            str(tmp_path / "studies"),
-            "--no-check-args",
-            "--n-trials",
-            "2",
+            *_fake_run(tmp_path, wl, "--space", str(space), "--n-trials", "2"),
             "--confirm-rounds",
             "2",
             "--min-improvement",
@@ -291,27 +278,14 @@ def test_confirmation_keeps_the_best_only_if_it_beats_the_noise(
         assert "block-size: 64" in best_yaml
     else:
         assert "block-size" not in best_yaml  # vLLM's defaults
-        assert "not confirmed" in res.stderr or "baseline" in best_yaml
+        assert "re-measured trial 1 against the baseline: not confirmed" in res.stderr
+        assert "the baseline was best" in best_yaml
 
 
 def test_sigkill_of_the_tool_leaves_no_engine_or_engine_child(tmp_path: Path, mark: str) -> None:
     wl = _good_workload(tmp_path / "rag.jsonl", n=40)
     proc = _autotune(
-        [
-            "run",
-            "--workload",
-            str(wl),
-            "--model",
-            "fake-model",
-            "--launcher",
-            " ".join(FAKE_LAUNCHER),
-            "--studies-dir",
-            str(tmp_path / "studies"),
-            "--no-check-args",
-            "--no-check-memory",
-            "--n-trials",
-            "2",
-        ],
+        _fake_run(tmp_path, wl, "--n-trials", "2"),
         mark,
         tmp_path,
         env={**os.environ, MARK_ENV: mark, "PYTHONPATH": str(REPO), "FAKE_SPAWN_CHILD": "1"},
@@ -336,6 +310,7 @@ def test_sigkill_of_the_tool_leaves_no_vllm_engine_core(tmp_path: Path, tiny_mod
     assert not left, [p.cmdline() for p in left]
 
 
+@pytest.mark.vllm  # vLLM's own argument parser checks every command
 def test_dry_run_prints_checked_commands_and_launches_nothing(tmp_path: Path, mark: str) -> None:
     """The CUDA space on the CPU build: offload is reported unsupported before launch, not a crash;
     every command is checked by the installed vLLM's own parser; nothing starts, nothing is written."""
@@ -346,7 +321,7 @@ def test_dry_run_prints_checked_commands_and_launches_nothing(tmp_path: Path, ma
             "--workload",
             str(wl),
             "--model",
-            "m",
+            str(_fake_model(tmp_path)),
             "--space",
             str(REPO / "search_spaces" / "cuda.yaml"),
             "--studies-dir",

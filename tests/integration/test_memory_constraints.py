@@ -10,13 +10,12 @@ import pytest
 from autotune.bench import ArrivalSpec
 from autotune.engine import CPU_LAUNCHER, LaunchSpec, parse_engine_args
 from autotune.memory import GiB, SwapReading
-from autotune.memory_guard import MemoryGuard
 from autotune.space import SearchSpace
 from autotune.study import Objective, best_feasible, load_or_create, run_study
-from autotune.trial import VllmEvaluator
+from autotune.tuning import MemoryGuard, VllmEvaluator
 from autotune.workload import load_workload
 from tests.conftest import FAKE_LAUNCHER, MARK_ENV, REPO
-from tests.unit.memory.conftest import FakeProbe
+from tests.unit.conftest import FakeProbe
 
 
 def _workload(path: Path, n: int = 8) -> Path:

@@ -9,9 +9,17 @@ import uuid
 import pytest
 
 from autotune.bench import RequestTiming, summarize
-from autotune.outcome import TrialOutcome, TrialStatus
 from autotune.space import RenderedConfig, SearchSpace
-from autotune.study import Objective, best_feasible, load_or_create, resolve_storage_url, run_study
+from autotune.study import (
+    Figures,
+    Objective,
+    TrialRecord,
+    TrialStatus,
+    best_feasible,
+    load_or_create,
+    resolve_storage_url,
+    run_study,
+)
 
 URL = os.environ.get("AUTOTUNE_TEST_POSTGRES_URL")
 pytestmark = [
@@ -30,11 +38,13 @@ SPACE = SearchSpace.model_validate(
 )
 
 
-def _fake_evaluator(number: int, rendered: RenderedConfig) -> TrialOutcome:
+def _fake_evaluator(number: int, rendered: RenderedConfig) -> TrialRecord:
     bs = int(rendered.args[1]) if rendered.args else 128
     ttft = 0.01 + abs(bs - 64) / 10000
     timings = [RequestTiming(f"r{i}", None, 0.0, 0.0, ttft, ttft + 0.01, (0.01,), 2, 10) for i in range(5)]
-    return TrialOutcome(status=TrialStatus.OK, command=("fake",), figures=summarize(timings, 1.0))
+    return TrialRecord(
+        status=TrialStatus.OK, command=("fake",), figures=Figures(summarize(timings, 1.0).as_dict())
+    )
 
 
 def test_two_workers_share_one_study_with_one_baseline() -> None:

@@ -14,7 +14,7 @@ from autotune.engine import CPU_LAUNCHER, LaunchSpec, VllmArgChecker, parse_engi
 from autotune.export import export_best
 from autotune.space import load_search_space
 from autotune.study import Objective, load_or_create, run_study
-from autotune.trial import VllmEvaluator
+from autotune.tuning import VllmEvaluator
 from autotune.workload import load_workload
 from tests.conftest import MARK_ENV, REPO
 
@@ -108,7 +108,7 @@ def test_three_trial_study_on_real_vllm_exports_a_config_vllm_accepts(
 
         # Export the best trial and read it back through the installed vLLM's own parser.
         target = tmp_path / "best.yaml"
-        best, _ = export_best(study, model=str(tiny_model), fixed_argv=_argv(FIXED), out=target)
+        best, _ = export_best(study, out=target)  # the measured command: fixed flags come with it
         parsed = checker.check(["--config", str(target)])
         assert parsed.ok, parsed.error
         assert parsed.args["model"] == str(tiny_model)
@@ -121,18 +121,7 @@ def test_three_trial_study_on_real_vllm_exports_a_config_vllm_accepts(
         # Every tuned value of every trial arrives too (not just the best one).
         for t in trials[1:]:
             export_path = tmp_path / f"t{t.number}.yaml"
-            from autotune.export import build_export, write_export
-
-            write_export(
-                build_export(
-                    model=str(tiny_model),
-                    fixed_argv=_argv(FIXED),
-                    tuned_argv=t.user_attrs["rendered_args"],
-                    env={},
-                    header_lines=["test"],
-                ),
-                export_path,
-            )
+            export_best(study, trial=t, out=export_path)
             data = yaml.safe_load(export_path.read_text())
             got = checker.check(["--config", str(export_path)]).args
             assert got["block_size"] == t.params["block_size"]

@@ -12,8 +12,17 @@ from autotune.bench import ArrivalSpec
 from autotune.engine import LaunchSpec
 from autotune.export import export_best
 from autotune.space import load_search_space
-from autotune.study import Objective, best_feasible, load_or_create, run_study
-from autotune.trial import VllmEvaluator
+from autotune.study import (
+    Objective,
+    TrialStatus,
+    best_feasible,
+    constraints_hold,
+    ensure_baseline,
+    load_or_create,
+    read_record,
+    run_study,
+)
+from autotune.tuning import VllmEvaluator
 from autotune.workload import load_workload
 from tests.conftest import FAKE_LAUNCHER, MARK_ENV
 
@@ -43,6 +52,7 @@ def test_study_runs_baseline_first_records_failures_resumes_and_exports(tmp_path
         model="fake-model",
         launcher=FAKE_LAUNCHER,
         env={MARK_ENV: mark, "FAKE_OOM_BLOCK_SIZE": "32"},
+        fixed_args=(("--max-model-len", "1024"),),
         startup_timeout_s=20,
         stop_timeout_s=2,
     )
@@ -53,6 +63,10 @@ def test_study_runs_baseline_first_records_failures_resumes_and_exports(tmp_path
     url = f"sqlite:///{tmp_path / 's.db'}"
     study = load_or_create(url, "fake-study", obj, seed=1)
     seen: list[int] = []
+    # One trial is pinned to block size 32 (the fake runs out of memory there), so the failure
+    # path is checked every time, not only when the sampler happens to pick it.
+    ensure_baseline(study)
+    study.enqueue_trial({"block_size": 32, "max_num_batched_tokens": 1024, "enable_prefix_caching": True})
     run_study(
         study=study,
         space=space,
@@ -66,16 +80,20 @@ def test_study_runs_baseline_first_records_failures_resumes_and_exports(tmp_path
     assert trials[0].user_attrs["baseline"] is True and trials[0].params == {}
     assert trials[0].user_attrs["rendered_args"] == []
     assert trials[0].user_attrs["status"] == "ok"
+    oom = 0
     for t in trials:
-        a = t.user_attrs
-        assert a["command"][0:2] == list(FAKE_LAUNCHER)
-        assert Path(a["log_path"]).exists()
+        rec = read_record(t)
+        assert list(rec.command[0:2]) == list(FAKE_LAUNCHER)
+        assert rec.log_path and Path(rec.log_path).exists()
         if t.params.get("block_size") == 32:  # the fake runs out of memory with block size 32
-            assert a["status"] == "failed" and a["failure"] == "out_of_memory"
-            assert not Objective.is_feasible(a["constraints"])
+            assert rec.status is TrialStatus.FAILED and rec.failure == "out_of_memory"
+            assert not constraints_hold(rec.constraints)
+            oom += rec.duplicate_of is None
         else:
-            assert a["status"] == "ok", a.get("reason")
-            assert a["figures"]["completed"] == 12 and a["kv_tokens"] > 0
+            assert rec.ok, rec.reason
+            assert rec.figures is not None and rec.figures.completed == 12
+            assert rec.kv_tokens and rec.kv_tokens > 0
+    assert oom >= 1
     best = best_feasible(study)
     assert best is not None and best.params.get("block_size") != 32
 
@@ -87,12 +105,12 @@ def test_study_runs_baseline_first_records_failures_resumes_and_exports(tmp_path
     assert sum(bool(t.user_attrs.get("baseline")) for t in all_trials) == 1
 
     target = tmp_path / "best.yaml"
-    best, exported = export_best(
-        again, model="fake-model", fixed_argv=["--max-model-len", "1024"], out=target
-    )
+    best, exported = export_best(again, out=target)
     data = yaml.safe_load(target.read_text())
+    # exactly the measured command: the fixed flag too, though export was given no flags
     assert data["model"] == "fake-model" and data["max-model-len"] == 1024
-    for flag in best.user_attrs["rendered_args"]:
+    rec = read_record(best)
+    for flag in rec.rendered_args:
         if flag.startswith("--no-"):
             assert data[flag[2:]] is True
     assert "vllm serve fake-model" in exported.command

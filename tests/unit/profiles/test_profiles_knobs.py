@@ -8,7 +8,7 @@ import sys
 
 from rich.console import Console
 
-from autotune._cli_doctor import profile_report
+from autotune.cli.doctor import profile_report
 from autotune.engine import InstalledEngine, build_profile, installed_engine, supported_knobs
 from autotune.engine._profiles import ASCEND_CONNECTOR_MODULES
 from tests.conftest import REPO

@@ -11,13 +11,16 @@ import pytest
 
 from autotune.bench import RequestTiming, summarize
 from autotune.errors import StorageError
-from autotune.outcome import TrialOutcome, TrialStatus
 from autotune.space import RenderedConfig, SearchSpace
 from autotune.study import (
     BASELINE_ATTR,
+    Figures,
     Objective,
+    TrialRecord,
     TrialReport,
+    TrialStatus,
     best_feasible,
+    constraints_hold,
     load_or_create,
     run_study,
     suggest_values,
@@ -74,11 +77,11 @@ class FakeEvaluator:
     def __init__(self) -> None:
         self.calls: list[tuple[int, RenderedConfig]] = []
 
-    def __call__(self, number: int, rendered: RenderedConfig) -> TrialOutcome:
+    def __call__(self, number: int, rendered: RenderedConfig) -> TrialRecord:
         self.calls.append((number, rendered))
         args = list(rendered.args)
         if "--kv-offloading-size" in args:
-            return TrialOutcome(
+            return TrialRecord(
                 status=TrialStatus.FAILED,
                 command=("vllm", "serve", *args),
                 failure="bad_flag",
@@ -88,8 +91,8 @@ class FakeEvaluator:
         ttft, duration, failed = {None: (0.25, 0.4, 0), "16": (0.1, 0.4, 2), "32": (0.2, 0.4, 0)}.get(
             block, (0.15, 0.8, 0)
         )
-        figures = summarize(_timings(ttft, n_failed=failed), duration)
-        return TrialOutcome(status=TrialStatus.OK, command=("vllm", "serve", *args), figures=figures)
+        figures = Figures(summarize(_timings(ttft, n_failed=failed), duration).as_dict())
+        return TrialRecord(status=TrialStatus.OK, command=("vllm", "serve", *args), figures=figures)
 
 
 @pytest.fixture
@@ -190,7 +193,7 @@ def test_a_failed_start_is_an_infeasible_trial_with_its_reason(storage_url: str)
     assert failed.user_attrs["status"] == "failed"
     assert "CPU Offloading" in failed.user_attrs["reason"]
     assert any(v > 0 for v in failed.constraints.values())
-    assert not Objective.is_feasible(failed.user_attrs["constraints"])
+    assert not constraints_hold(failed.user_attrs["constraints"])
     (report,) = reports
     assert report.number == failed.number
     assert report.value is None and not report.feasible
@@ -224,8 +227,8 @@ def test_best_feasible_is_none_when_nothing_is_feasible(storage_url: str) -> Non
     objective = Objective()
     study = load_or_create(storage_url, "s", objective, seed=0)
 
-    def always_fails(number: int, rendered: RenderedConfig) -> TrialOutcome:
-        return TrialOutcome(status=TrialStatus.FAILED, failure="out_of_memory", reason="CUDA out of memory")
+    def always_fails(number: int, rendered: RenderedConfig) -> TrialRecord:
+        return TrialRecord(status=TrialStatus.FAILED, failure="out_of_memory", reason="CUDA out of memory")
 
     run_study(study=study, space=SPACE, evaluator=always_fails, objective=objective, n_trials=2)
     assert len(_complete(study)) == 2
@@ -274,9 +277,8 @@ def test_a_re_proposed_configuration_reuses_the_earlier_measurement(tmp_path) ->
     import optuna
 
     from autotune.bench import RequestTiming, summarize
-    from autotune.outcome import TrialOutcome, TrialStatus
     from autotune.space import SearchSpace
-    from autotune.study import Objective, load_or_create, run_study
+    from autotune.study import Figures, Objective, TrialRecord, TrialStatus, load_or_create, run_study
 
     space = SearchSpace.model_validate(
         {
@@ -290,7 +292,7 @@ def test_a_re_proposed_configuration_reuses_the_earlier_measurement(tmp_path) ->
     def evaluator(number, rendered):  # type: ignore[no-untyped-def]
         calls.append(rendered.args)
         t = [RequestTiming("r", None, 0.0, 0.0, 0.01, 0.02, (0.01,), 2, 5)]
-        return TrialOutcome(status=TrialStatus.OK, figures=summarize(t, 1.0))
+        return TrialRecord(status=TrialStatus.OK, figures=Figures(summarize(t, 1.0).as_dict()))
 
     obj = Objective()
     study = load_or_create(f"sqlite:///{tmp_path / 's.db'}", "dup", obj, seed=0)

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner, Result
 
+from autotune.cli.workload import app
 from autotune.errors import WorkloadError
 from autotune.workload import load_tokenizer, load_workload
-from autotune.workload.cli import app
 
 runner = CliRunner()
 
@@ -201,11 +201,15 @@ def test_inspect_table(data_dir: Path) -> None:
 def test_inspect_json_with_model(tmp_path: Path, tiny_tokenizer_dir: Path) -> None:
     model = tmp_path / "model"
     shutil.copytree(tiny_tokenizer_dir, model)
-    config = {
+    config = {  # what a real Llama config.json holds (the estimator reads the whole shape)
+        "model_type": "llama",
         "num_hidden_layers": 2,
         "num_attention_heads": 4,
         "num_key_value_heads": 2,
         "hidden_size": 256,
+        "intermediate_size": 512,
+        "vocab_size": 600,
+        "max_position_embeddings": 2048,
         "torch_dtype": "bfloat16",
     }
     (model / "config.json").write_text(json.dumps(config))
@@ -226,7 +230,7 @@ def test_inspect_json_with_model(tmp_path: Path, tiny_tokenizer_dir: Path) -> No
         ],
     )
 
-    result = runner.invoke(app, ["inspect", str(wl), "--model", str(model), "--json"])
+    result = runner.invoke(app, ["inspect", str(wl), "--model", str(model), "--json", "--block-size", "16"])
 
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
@@ -260,3 +264,15 @@ def test_mounted_cli_prints_one_line_and_exits_2(tmp_path: Path, capsys: pytest.
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"error: {bad}:1: temprature: unknown key")
     assert "\n" not in err
+
+
+def test_inspect_block_size_defaults_to_the_installed_builds(tmp_path: Path) -> None:
+    """The CPU build's KV block is 128 tokens, a GPU build's 16: inspect counts reuse in those blocks."""
+    from autotune.engine import installed_engine
+
+    wl = tmp_path / "p.jsonl"
+    runner.invoke(app, ["synth", "prefix-repeat", "-o", str(wl), "--prefix-tokens", "300", "--suffixes", "4"])
+    result = runner.invoke(app, ["inspect", str(wl), "--json"])
+    assert result.exit_code == 0, result.output
+    expected = 128 if installed_engine().cpu_build else 16
+    assert json.loads(result.stdout)["block_size"] == expected

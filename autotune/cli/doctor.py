@@ -10,7 +10,8 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from autotune.cli import out
+from autotune.cli._console import out
+from autotune.cli._doctor_tables import doctor_report
 
 if TYPE_CHECKING:
     from autotune.engine import EngineProfile
@@ -38,15 +39,15 @@ def doctor(
 ) -> None:
     """Print GPU/host/swap/shared-memory facts, the installed vLLM build, the engine profile's
     knobs (how each tuned parameter reaches vLLM, or why it is not tuned), and a model's memory table."""
-    from autotune.engine import build_profile, detect_profile
-    from autotune.memory import doctor_report, installed_vllm_info, read_machine_facts
+    from autotune.engine import build_profile, detect_profile, installed_engine
+    from autotune.memory import read_machine_facts
     from autotune.space import load_search_space
 
     prof = build_profile(profile) if profile else detect_profile()  # a bad name fails before any output
     knob_space = load_search_space(space) if space else None
     facts = read_machine_facts()
     out.print(
-        doctor_report(facts, vllm_info=installed_vllm_info(), model_dir=model, max_model_len=max_model_len)
+        doctor_report(facts, vllm_info=installed_engine(), model_dir=model, max_model_len=max_model_len)
     )
     out.print(profile_report(prof, knob_space))
 

@@ -5,23 +5,23 @@ from __future__ import annotations
 from pathlib import Path
 
 from autotune.bench import RequestTiming, summarize
-from autotune.compare import compare_configs, config_to_args
 from autotune.export import build_export, write_export
-from autotune.outcome import TrialOutcome, TrialStatus
 from autotune.space import RenderedConfig
+from autotune.study import Figures, TrialRecord, TrialStatus
+from autotune.tuning import compare_configs, config_to_args
 
 
 def test_arms_alternate_and_the_ratio_is_of_medians() -> None:
     order: list[tuple[str, ...]] = []
 
-    def evaluator(number: int, rendered: RenderedConfig) -> TrialOutcome:
+    def evaluator(number: int, rendered: RenderedConfig) -> TrialRecord:
         order.append(rendered.args)
         ttft = 0.2 if not rendered.args else 0.1  # B is twice as fast
         timings = [
             RequestTiming(f"r{i}", None, 0.0, 0.0, ttft + i * 0.001, ttft + 0.05, (0.01,), 5, 9)
             for i in range(9)
         ]
-        return TrialOutcome(status=TrialStatus.OK, figures=summarize(timings, 1.0))
+        return TrialRecord(status=TrialStatus.OK, figures=Figures(summarize(timings, 1.0).as_dict()))
 
     b = ["--block-size", "32"]
     result = compare_configs(evaluator, [("A", []), ("B", b)], rounds=3)
@@ -57,13 +57,13 @@ def test_exported_config_reads_back_into_the_same_flags(tmp_path: Path) -> None:
 
 
 def _comparison(a: list[float], b: list[float]):  # type: ignore[no-untyped-def]
-    from autotune.compare import ArmSummary, Comparison
+    from autotune.tuning import ArmSummary, Comparison
 
     return Comparison(a=ArmSummary("A", (), (), {"ttft_p90": a}), b=ArmSummary("B", (), (), {"ttft_p90": b}))
 
 
 def test_a_gain_inside_the_noise_is_not_called_an_improvement() -> None:
-    from autotune.compare import significant_gain
+    from autotune.tuning import significant_gain
 
     ok, why = significant_gain(_comparison([100, 104, 98], [97, 101, 99]), "ttft_p90", maximize=False)
     assert not ok and "ranges overlap" in why

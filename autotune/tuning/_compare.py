@@ -17,8 +17,8 @@ import yaml
 
 from autotune.errors import ConfigError
 from autotune.export import config_to_argv
-from autotune.outcome import Evaluator, TrialOutcome, TrialStatus
 from autotune.space import RenderedConfig
+from autotune.study import Evaluator, TrialRecord
 
 __all__ = ["ArmSummary", "Comparison", "compare_configs", "config_to_args", "significant_gain"]
 
@@ -42,8 +42,13 @@ def config_to_args(path: Path) -> tuple[str, list[str]]:
 class ArmSummary:
     name: str
     args: tuple[str, ...]
-    runs: tuple[Mapping[str, Any], ...]  # trial records, in measurement order
+    runs: tuple[TrialRecord, ...]  # in measurement order
     figures: Mapping[str, Sequence[float]] = field(default_factory=dict)  # figure -> one value per run
+
+    @property
+    def measured(self) -> bool:
+        """At least one run produced figures."""
+        return any(r.ok for r in self.runs)
 
     def median(self, name: str) -> float | None:
         vals = self.figures.get(name) or []
@@ -72,23 +77,22 @@ class Comparison:
                 "median": {f: s.median(f) for f in s.figures},
                 "spread": {f: s.spread(f) for f in s.figures},
                 "values": {f: list(v) for f, v in s.figures.items()},
-                "failed_runs": sum(r.get("status") != "ok" for r in s.runs),
+                "failed_runs": sum(not r.ok for r in s.runs),
             }
 
         return {"a": arm(self.a), "b": arm(self.b), "ratio_b_over_a": {f: self.ratio(f) for f in _FIGURES}}
 
 
-def _figures(outcome: TrialOutcome, extra: Sequence[str] = ()) -> dict[str, float]:
-    f = outcome.figures
-    if outcome.status != TrialStatus.OK or f is None:
+def _figures(record: TrialRecord, extra: Sequence[str] = ()) -> dict[str, float]:
+    f = record.figures
+    if not record.ok or f is None:
         return {}
-    out = {name: f.metric(name) for name in (*_FIGURES, *extra) if name != "goodput"}
-    if f.goodput is not None:
-        out["goodput"] = f.goodput
-    if outcome.metrics is not None and outcome.metrics.prefix_hit_rate is not None:
-        out["prefix_hit_rate"] = outcome.metrics.prefix_hit_rate
-    if outcome.metrics is not None and outcome.metrics.host_hit_rate is not None:
-        out["host_hit_rate"] = outcome.metrics.host_hit_rate
+    out = {name: v for name in (*_FIGURES, *extra) if (v := f.get(name)) is not None}
+    m = record.metrics
+    if m is not None and m.prefix_hit_rate is not None:
+        out["prefix_hit_rate"] = m.prefix_hit_rate
+    if m is not None and m.host_hit_rate is not None:
+        out["host_hit_rate"] = m.host_hit_rate
     return out
 
 
@@ -97,24 +101,24 @@ def compare_configs(
     arms: Sequence[tuple[str, Sequence[str]]],
     *,
     rounds: int,
-    on_run: Callable[[str, int, TrialOutcome], None] | None = None,
+    on_run: Callable[[str, int, TrialRecord], None] | None = None,
     extra_figures: Sequence[str] = (),
 ) -> Comparison:
     """Measure arm A and arm B alternately ``rounds`` times each (A B A B ...)."""
     if len(arms) != 2 or rounds < 1:
         raise ConfigError("compare needs exactly two configurations and --rounds >= 1")
-    runs: dict[str, list[Mapping[str, Any]]] = {name: [] for name, _ in arms}
+    runs: dict[str, list[TrialRecord]] = {name: [] for name, _ in arms}
     figs: dict[str, dict[str, list[float]]] = {name: {} for name, _ in arms}
     n = 0
     for r in range(rounds):
         for name, args in arms:
-            outcome = evaluator(n, RenderedConfig(args=tuple(args)))
+            record = evaluator(n, RenderedConfig(args=tuple(args)))
             n += 1
-            runs[name].append(outcome.record())
-            for key, value in _figures(outcome, extra_figures).items():
+            runs[name].append(record)
+            for key, value in _figures(record, extra_figures).items():
                 figs[name].setdefault(key, []).append(value)
             if on_run is not None:
-                on_run(name, r, outcome)
+                on_run(name, r, record)
     (na, aa), (nb, ab) = arms
     return Comparison(
         a=ArmSummary(na, tuple(aa), tuple(runs[na]), figs[na]),

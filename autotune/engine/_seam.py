@@ -1,0 +1,76 @@
+"""What the rest of the tool needs from an inference engine, as one protocol.
+
+vLLM is the implementation (:mod:`autotune.engine._vllm`). A second engine (SGLang, say) is a
+new module implementing :class:`Engine` plus a search space; nothing above ``engine/`` changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Literal, Protocol
+
+from autotune.bench import MetricNames
+from autotune.engine._argcheck import ArgCheck
+from autotune.engine._launch import LaunchSpec
+from autotune.engine._logscan import KvCapacity
+from autotune.engine._platform import InstalledEngine
+from autotune.engine._process import EngineProcess
+from autotune.engine._profiles import EngineProfile
+from autotune.engine._sizing import EngineSizing
+from autotune.space import FlagPairs, RenderedConfig
+
+__all__ = ["ArgChecker", "Engine"]
+
+
+class ArgChecker(Protocol):
+    """The engine's own argument parser, asked before a launch."""
+
+    version: str | None
+
+    def check(self, engine_argv: Sequence[str]) -> ArgCheck: ...
+
+    def close(self) -> None: ...
+
+
+class Engine(Protocol):
+    """An inference engine the tool can tune: launch it, ask it, read what it prints."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def metric_names(self) -> MetricNames:
+        """Where its /metrics keeps each figure."""
+        ...
+
+    @property
+    def health_path(self) -> str: ...
+
+    @property
+    def metrics_path(self) -> str: ...
+
+    @property
+    def models_path(self) -> str: ...
+
+    def installed(self) -> InstalledEngine: ...
+
+    def default_launcher(self) -> tuple[str, ...]: ...
+
+    def parse_fixed_args(self, raw: Sequence[str]) -> FlagPairs: ...
+
+    def select_profile(
+        self, name: str | None, *, preview: bool = False
+    ) -> tuple[EngineProfile, str | None]: ...
+
+    def default_space(self, profile: EngineProfile) -> Path: ...
+
+    def argv(self, spec: LaunchSpec, rendered: RenderedConfig, port: int) -> list[str]: ...
+
+    def process(self, spec: LaunchSpec, rendered: RenderedConfig, log_path: Path) -> EngineProcess: ...
+
+    def arg_checker(self) -> ArgChecker: ...
+
+    def sizing(self, engine_argv: Sequence[str], platform: Literal["cuda", "cpu"]) -> EngineSizing: ...
+
+    def kv_capacity(self, log_text: str) -> KvCapacity | None: ...

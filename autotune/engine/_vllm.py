@@ -1,0 +1,69 @@
+"""vLLM behind the :class:`~autotune.engine.Engine` seam: the one place that ties its launcher,
+flags, endpoints, metric names, log lines, profiles and argument parser together."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from autotune.bench import VLLM_METRICS, MetricNames
+from autotune.engine._argcheck import VllmArgChecker
+from autotune.engine._launch import LaunchSpec, build_argv, parse_engine_args
+from autotune.engine._logscan import KvCapacity, parse_kv_capacity
+from autotune.engine._platform import InstalledEngine, default_launcher, installed_engine
+from autotune.engine._process import EngineProcess
+from autotune.engine._profiles import EngineProfile, default_space_path, preview_profile, select_profile
+from autotune.engine._sizing import EngineSizing, sizing_from_argv
+from autotune.space import FlagPairs, RenderedConfig
+
+__all__ = ["VLLM", "VllmEngine"]
+
+
+@dataclass(frozen=True)
+class VllmEngine:
+    """vLLM's OpenAI-compatible server (GPU build: ``vllm serve``; CPU build: the module)."""
+
+    name: str = "vllm"
+    metric_names: MetricNames = VLLM_METRICS
+    health_path: str = "/health"
+    metrics_path: str = "/metrics"
+    models_path: str = "/v1/models"
+
+    def installed(self) -> InstalledEngine:
+        return installed_engine()
+
+    def default_launcher(self) -> tuple[str, ...]:
+        return default_launcher()
+
+    def parse_fixed_args(self, raw: Sequence[str]) -> FlagPairs:
+        return parse_engine_args(raw)
+
+    def select_profile(self, name: str | None, *, preview: bool = False) -> tuple[EngineProfile, str | None]:
+        """The profile to use; with ``preview`` (dry runs) a named GPU profile renders on a CPU
+        machine as its own engine would take it, with a note saying so."""
+        if preview and name is not None:
+            return preview_profile(name)
+        return select_profile(name), None
+
+    def default_space(self, profile: EngineProfile) -> Path:
+        return default_space_path(profile)
+
+    def argv(self, spec: LaunchSpec, rendered: RenderedConfig, port: int) -> list[str]:
+        return build_argv(spec, rendered, port)
+
+    def process(self, spec: LaunchSpec, rendered: RenderedConfig, log_path: Path) -> EngineProcess:
+        return EngineProcess(spec, rendered, log_path)
+
+    def arg_checker(self) -> VllmArgChecker:
+        return VllmArgChecker()
+
+    def sizing(self, engine_argv: Sequence[str], platform: Literal["cuda", "cpu"]) -> EngineSizing:
+        return sizing_from_argv(engine_argv, platform)
+
+    def kv_capacity(self, log_text: str) -> KvCapacity | None:
+        return parse_kv_capacity(log_text)
+
+
+VLLM = VllmEngine()

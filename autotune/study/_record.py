@@ -1,0 +1,259 @@
+"""What one trial produced, typed, and how it is written to and read from a study.
+
+The one module that knows the keys of a trial's ``user_attrs``. Everything else (the CLI's
+tables, export, confirmation, reports, benchmarks) reads a :class:`TrialRecord`. Studies written
+by earlier versions (no ``record_version`` attribute) read the same way: every key is optional.
+
+The study never imports ``bench`` or ``engine``: figures and metrics arrive here as the plain
+mappings their producers serialise (``TrialFigures.as_dict()``, ``MetricsDelta.as_dict()``) and
+are read back through typed views.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Protocol
+
+import optuna
+
+from autotune.space import RenderedConfig
+
+__all__ = [
+    "BASELINE_ATTR",
+    "RECORD_VERSION",
+    "Evaluator",
+    "Figures",
+    "Metrics",
+    "TrialRecord",
+    "TrialStatus",
+    "read_record",
+    "write_record",
+]
+
+RECORD_VERSION = 2
+BASELINE_ATTR = "baseline"
+
+
+class TrialStatus(str, Enum):
+    OK = "ok"  # measured
+    FAILED = "failed"  # the engine did not start or died, or no request succeeded; ``failure`` says why
+    INFEASIBLE = "infeasible"  # rejected before launch (does not fit, bad flags)
+
+
+def _num(value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+@dataclass(frozen=True)
+class Figures:
+    """Client-side figures of one replay, as ``vllm bench serve`` defines them (times in ms)."""
+
+    raw: Mapping[str, Any]
+
+    def metric(self, name: str) -> float:
+        """Any figure by name: ``ttft_p90``, ``tpot_mean``, ``output_throughput``, ``goodput``..."""
+        pct = self.raw.get("percentiles_ms") or {}
+        if name in pct:
+            return _num(pct[name])
+        mean = self.raw.get("mean_ms") or {}
+        if name.endswith("_mean") and name[:-5] in mean:
+            return _num(mean[name[:-5]])
+        value = self.raw.get(name)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise KeyError(name)
+        return float(value)
+
+    def get(self, name: str) -> float | None:
+        """:meth:`metric`, or None when not measured (NaN or absent)."""
+        try:
+            value = self.metric(name)
+        except KeyError:
+            return None
+        return None if math.isnan(value) else value
+
+    @property
+    def completed(self) -> int:
+        return int(self.raw.get("completed") or 0)
+
+    @property
+    def failed(self) -> int:
+        return int(self.raw.get("failed") or 0)
+
+    @property
+    def output_throughput(self) -> float:
+        return _num(self.raw.get("output_throughput"))
+
+    @property
+    def goodput(self) -> float | None:
+        g = self.raw.get("goodput")
+        return None if g is None else float(g)
+
+    @property
+    def failures(self) -> Mapping[str, int]:
+        """Failed requests by reason (HTTP status and the first line of the body), most common first."""
+        return dict(self.raw.get("failures") or {})
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.raw)
+
+
+@dataclass(frozen=True)
+class Metrics:
+    """What the engine's ``/metrics`` counted during the measured replay."""
+
+    raw: Mapping[str, float | None]
+
+    @property
+    def prefix_hit_rate(self) -> float | None:
+        return self.raw.get("prefix_hit_rate")
+
+    @property
+    def host_hit_rate(self) -> float | None:
+        return self.raw.get("host_hit_rate")
+
+    def as_dict(self) -> dict[str, float | None]:
+        return dict(self.raw)
+
+
+@dataclass(frozen=True)
+class TrialRecord:
+    """One trial: what was launched, what it measured, or why it did not."""
+
+    status: TrialStatus
+    command: tuple[str, ...] = ()  # the full argv that was (or would have been) launched
+    rendered_args: tuple[str, ...] = ()  # the tuned flags only (the baseline's are empty)
+    rendered_env: Mapping[str, str] = field(default_factory=dict)
+    figures: Figures | None = None
+    metrics: Metrics | None = None
+    failure: str | None = None  # a failure class: bad_flag, out_of_memory, crash, no_success, ...
+    reason: str | None = None  # one line: why
+    evidence: str | None = None  # the log's root-cause line(s)
+    log_path: str | None = None
+    kv_tokens: int | None = None
+    kv_max_concurrency: float | None = None
+    timings_s: Mapping[str, float] = field(default_factory=dict)  # startup, warmup, measure, teardown
+    memory: Mapping[str, Any] = field(default_factory=dict)  # measured peaks, or the estimate
+    violations: tuple[str, ...] = ()  # memory constraints the run broke (host swapped, ...)
+    engine: str | None = None  # e.g. "vllm 0.32.0 (cpu build)"
+    baseline: bool = False
+    reference: str | None = None  # when the baseline is not vLLM's plain defaults: what it is
+    duplicate_of: int | None = None
+    constraints: tuple[float, ...] = ()
+    constraint_names: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return self.status is TrialStatus.OK
+
+    @property
+    def startup_s(self) -> float | None:
+        return self.timings_s.get("startup")
+
+    def metric(self, name: str) -> float | None:
+        """A figure or an engine metric by name; None when not measured."""
+        if self.figures is not None:
+            value = self.figures.get(name)
+            if value is not None:
+                return value
+        if self.metrics is not None:
+            return self.metrics.raw.get(name)
+        return None
+
+    def with_(self, **changes: Any) -> TrialRecord:
+        from dataclasses import replace
+
+        return replace(self, **changes)
+
+    def to_attrs(self) -> dict[str, Any]:
+        """JSON-serialisable ``user_attrs`` (the keys of version 1 kept, so older readers still work)."""
+        return {
+            "record_version": RECORD_VERSION,
+            "status": self.status.value,
+            "command": list(self.command),
+            "rendered_args": list(self.rendered_args),
+            "rendered_env": dict(self.rendered_env),
+            "figures": self.figures.as_dict() if self.figures else None,
+            "metrics": self.metrics.as_dict() if self.metrics else None,
+            "failure": self.failure,
+            "reason": self.reason,
+            "log_tail": self.evidence,
+            "log_path": self.log_path,
+            "kv_tokens": self.kv_tokens,
+            "kv_max_concurrency": self.kv_max_concurrency,
+            "timings_s": dict(self.timings_s),
+            "memory": dict(self.memory),
+            "violations": list(self.violations),
+            "engine": self.engine,
+            BASELINE_ATTR: self.baseline,
+            "reference": self.reference,
+            "duplicate_of": self.duplicate_of,
+            "constraints": list(self.constraints),
+            "constraint_names": list(self.constraint_names),
+        }
+
+    @classmethod
+    def from_attrs(cls, attrs: Mapping[str, Any]) -> TrialRecord:
+        status = attrs.get("status")
+        try:
+            st = TrialStatus(status)
+        except ValueError:
+            st = TrialStatus.FAILED
+        figures = attrs.get("figures")
+        metrics = attrs.get("metrics")
+        return cls(
+            status=st,
+            command=tuple(attrs.get("command") or ()),
+            rendered_args=tuple(attrs.get("rendered_args") or ()),
+            rendered_env=dict(attrs.get("rendered_env") or {}),
+            figures=Figures(dict(figures)) if figures else None,
+            metrics=Metrics(dict(metrics)) if metrics else None,
+            failure=attrs.get("failure"),
+            reason=attrs.get("reason"),
+            evidence=attrs.get("log_tail"),
+            log_path=attrs.get("log_path"),
+            kv_tokens=attrs.get("kv_tokens"),
+            kv_max_concurrency=attrs.get("kv_max_concurrency"),
+            timings_s=dict(attrs.get("timings_s") or {}),
+            memory=dict(attrs.get("memory") or {}),
+            violations=tuple(attrs.get("violations") or ()),
+            engine=attrs.get("engine"),
+            baseline=bool(attrs.get(BASELINE_ATTR)),
+            reference=attrs.get("reference"),
+            duplicate_of=attrs.get("duplicate_of"),
+            constraints=tuple(float(c) for c in attrs.get("constraints") or ()),
+            constraint_names=tuple(attrs.get("constraint_names") or ()),
+        )
+
+
+def read_record(trial: optuna.trial.FrozenTrial) -> TrialRecord:
+    """The record of a finished (or running) trial; a trial that never wrote one reads as failed."""
+    attrs = trial.user_attrs
+    if "status" not in attrs:
+        return TrialRecord(
+            status=TrialStatus.FAILED,
+            failure=trial.state.name.lower(),
+            reason=f"the trial ended {trial.state.name} before it recorded a measurement",
+            baseline=bool(attrs.get(BASELINE_ATTR)),
+        )
+    return TrialRecord.from_attrs(attrs)
+
+
+def write_record(trial: optuna.Trial, record: TrialRecord) -> None:
+    for key, value in record.to_attrs().items():
+        trial.set_user_attr(key, value)
+
+
+class Evaluator(Protocol):
+    """Measures one configuration (the study's only view of the outside world)."""
+
+    def __call__(self, number: int, rendered: RenderedConfig) -> TrialRecord: ...
+
+
+def constraints_hold(values: Sequence[float]) -> bool:
+    return all(c <= 0 for c in values)

@@ -1,0 +1,71 @@
+"""A study always has a measured reference.
+
+The baseline is vLLM's defaults plus the user's fixed flags. When that command cannot run on
+this machine (the CPU build's default ``gpu_memory_utilization`` 0.92 of the memory node, a GPU
+share too large for the free memory), the study measures a named runnable reference instead:
+the defaults with the smallest change that fits (the largest KV-memory setting of the space
+that passes the memory check), used as the baseline everywhere it is shown.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from autotune.space import Parameter, render_values
+from autotune.tuning._setup import TuningSetup
+
+__all__ = ["BaselinePlan", "plan_baseline"]
+
+# Parameters whose smaller values make a configuration need less memory, in the order tried.
+_MEMORY_KNOBS = ("--gpu-memory-utilization", "--kv-cache-memory-bytes")
+
+
+@dataclass(frozen=True)
+class BaselinePlan:
+    defaults_fit: bool
+    why_not: tuple[str, ...]  # why the defaults (with the fixed flags) do not fit
+    reference: Mapping[str, Any] | None  # a runnable reference's params, when the defaults do not fit
+
+    @property
+    def measurable(self) -> bool:
+        return self.defaults_fit or self.reference is not None
+
+    def describe(self) -> str:
+        if self.defaults_fit:
+            return "vLLM's defaults"
+        if self.reference is None:
+            return "nothing: neither vLLM's defaults nor any KV-memory setting of the space fits"
+        return "reference " + ", ".join(f"{k}={v}" for k, v in self.reference.items())
+
+
+def _candidates(p: Parameter) -> list[Any]:
+    """The parameter's values from the largest down (a grid of 24 for a range)."""
+    if p.type == "categorical" and p.choices:
+        return sorted((c for c in p.choices if isinstance(c, int | float)), reverse=True)
+    if p.low is None or p.high is None:
+        return []
+    grid = np.geomspace(p.high, p.low, 24) if p.log and p.low > 0 else np.linspace(p.high, p.low, 24)
+    if p.type == "int":
+        return sorted({int(v) for v in grid}, reverse=True)
+    return [round(float(v), 4) for v in grid]
+
+
+def plan_baseline(setup: TuningSetup) -> BaselinePlan:
+    """Do vLLM's defaults fit here? If not, the reference to measure instead."""
+    why = setup.fit_reasons()
+    if not why:
+        return BaselinePlan(True, (), None)
+    fixed = {name for name, _ in setup.fixed}
+    for knob in _MEMORY_KNOBS:
+        for name, p in setup.space.tunable.items():
+            if p.flag != knob or knob in fixed:
+                continue
+            for value in _candidates(p):
+                rendered = render_values(setup.space, {name: value})
+                if not setup.fit_reasons(rendered.args):
+                    return BaselinePlan(False, why, {name: value})
+    return BaselinePlan(False, why, None)

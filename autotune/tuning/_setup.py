@@ -1,0 +1,268 @@
+"""The user's choices -> a ready evaluator: the one assembly every command measures with.
+
+``run``, ``compare``, the confirmation rounds, the benchmarks and every later command build
+their evaluator here, so a comparison measures exactly as a study trial does (same engine
+profile, CPU-hit labels, /dev/shm hygiene, memory guard, API key, arrivals, warm-up).
+
+Everything is validated before any engine starts: the workload, the model directory, the
+space, the fixed flags (once, by the engine's own parser), the objective and the arrivals.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from autotune.bench import ArrivalSpec
+from autotune.engine import VLLM, ArgChecker, Engine, EngineProfile, LaunchSpec
+from autotune.errors import ConfigError
+from autotune.memory import read_machine_facts
+from autotune.space import FlagPairs, SearchSpace, apply_profile, flags_to_argv, load_search_space
+from autotune.study import Objective, parse_slo
+from autotune.tuning._evaluator import VllmEvaluator
+from autotune.tuning._memory_guard import MemoryGuard, clamp_space
+from autotune.tuning._model import check_model
+from autotune.workload import Workload, load_workload, sample_workload
+
+__all__ = ["ArrivalChoice", "TuningChoices", "TuningSetup", "build_setup"]
+
+log = logging.getLogger(__name__)
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+
+
+@dataclass(frozen=True)
+class ArrivalChoice:
+    """How requests arrive: the file's timestamps (``speed``), Poisson/gamma at ``rate``, or a closed loop."""
+
+    rate: float | None = None
+    burstiness: float | None = None
+    concurrency: int | None = None
+    speed: float = 1.0
+    seed: int = 0
+
+    def spec_for(self, wl: Workload) -> ArrivalSpec:
+        if self.rate is not None and self.concurrency is not None:
+            raise ConfigError("--rate and --concurrency exclude each other (fix: pass one of them)")
+        if self.burstiness is not None and self.rate is None:
+            raise ConfigError("--burstiness needs --rate (fix: add --rate N, or drop --burstiness)")
+        if self.rate is not None:
+            return ArrivalSpec(
+                mode="gamma" if self.burstiness is not None else "poisson",
+                rate=self.rate,
+                burstiness=self.burstiness or 1.0,
+                seed=self.seed,
+            )
+        if self.concurrency is not None:
+            return ArrivalSpec(mode="closed", concurrency=self.concurrency, seed=self.seed)
+        spec = ArrivalSpec.default_for(wl)
+        return ArrivalSpec(mode=spec.mode, concurrency=spec.concurrency, speed=self.speed, seed=self.seed)
+
+
+@dataclass(frozen=True)
+class TuningChoices:
+    """What the user chose (options of run, compare, nightly, worker), before validation."""
+
+    workload: Path
+    model: str
+    profile: str | None = None
+    space: Path | None = None
+    engine_args: tuple[str, ...] = ()
+    launcher: str | None = None
+    startup_timeout_s: float = 600.0
+    arrivals: ArrivalChoice = field(default_factory=ArrivalChoice)
+    sample: int | None = None
+    warmup: int = 2
+    history: str = "recorded"
+    api_key_env: str | None = None
+    host_share: float = 0.65
+    allow_swap: bool = False
+    check_memory: bool = True
+    check_args: bool = True
+    skip_bad_lines: bool = False
+    objective: str = "ttft_p90"
+    slos: tuple[str, ...] = ()
+    min_throughput_ratio: float = 0.95
+    preview: bool = False  # --dry-run: a named GPU profile may be previewed on a CPU machine
+
+
+@dataclass
+class TuningSetup:
+    """Validated choices and the parts built from them. Use as a context manager (:func:`build_setup`)."""
+
+    choices: TuningChoices
+    engine: Engine
+    workload: Workload
+    profile: EngineProfile
+    profile_note: str | None
+    space_path: Path
+    space: SearchSpace  # the profile applied, offload pools clamped to the host once
+    objective: Objective
+    launch: LaunchSpec
+    fixed: FlagPairs
+    arrival: ArrivalSpec
+    guard: MemoryGuard | None
+    _checker: ArgChecker | None = None
+
+    @property
+    def engine_label(self) -> str:
+        return self.engine.installed().describe()
+
+    @property
+    def fixed_argv(self) -> list[str]:
+        return flags_to_argv(self.fixed)
+
+    @property
+    def platform(self) -> Literal["cuda", "cpu"]:
+        return "cpu" if self.space.platform == "cpu" else "cuda"
+
+    def checker(self) -> ArgChecker | None:
+        """The engine's own argument parser (one worker process, started on first use)."""
+        if not self.choices.check_args or self.engine.installed().vllm_distribution is None:
+            return None
+        if self._checker is None:
+            self._checker = self.engine.arg_checker()
+        return self._checker
+
+    def evaluator(self, log_dir: Path, *, check_args: bool = True) -> VllmEvaluator:
+        """An evaluator that measures exactly as a study trial does, logging under ``log_dir``."""
+        return VllmEvaluator(
+            spec=self.launch,
+            workload=self.workload,
+            arrival=self.arrival,
+            log_dir=log_dir,
+            warmup_requests=self.choices.warmup,
+            history=self.choices.history,  # type: ignore[arg-type]
+            slos_ms=self.objective.request_slos,
+            arg_checker=self.checker() if check_args else None,
+            memory=self.guard,
+            host_sources=self.profile.cpu_hit_sources or ("host",),
+            shm_patterns=self.profile.shm_patterns,
+            engine=self.engine,
+            engine_label=self.engine_label,
+        )
+
+    def engine_argv(self, tuned_args: Sequence[str] = ()) -> list[str]:
+        """The engine's flags for a configuration (fixed flags, then the tuned ones), port 0."""
+        from autotune.space import RenderedConfig
+
+        argv = self.engine.argv(self.launch, RenderedConfig(args=tuple(tuned_args)), 0)
+        return argv[len(self.launch.launcher) :]
+
+    def fit_reasons(self, tuned_args: Sequence[str] = ()) -> tuple[str, ...]:
+        """Why a configuration would not fit this machine (empty: it fits, or memory checks are off)."""
+        if self.guard is None:
+            return ()
+        return tuple(self.guard.check(self.engine_argv(tuned_args)).reasons)
+
+    def check_fixed_flags(self) -> None:
+        """The fixed flags, once, by the engine's own parser: a bad one fails the run up front."""
+        checker = self.checker()
+        if checker is None or not self.fixed:
+            return
+        result = checker.check(self.engine_argv())
+        if not result.ok:
+            raise ConfigError(
+                f"--engine-arg: {self.engine.name} {checker.version}'s parser rejects the fixed flags "
+                f"{' '.join(self.fixed_argv)}: {result.error} (fix: correct or drop the flag)"
+            )
+
+    def close(self) -> None:
+        if self._checker is not None:
+            self._checker.close()
+            self._checker = None
+
+
+def _api_key(env_name: str | None) -> str | None:
+    if not env_name:
+        return None
+    key = os.environ.get(env_name)
+    if not key:
+        raise ConfigError(f"--api-key-env: environment variable {env_name} is not set (fix: export it first)")
+    return key
+
+
+def check_study_name(name: str) -> str:
+    if not _NAME_RE.match(name):
+        raise ConfigError(f"--study: {name!r} is not a valid name (fix: letters, digits, '-', '_', '.')")
+    return name
+
+
+def _load(choices: TuningChoices) -> Workload:
+    wl = load_workload(choices.workload, skip_bad_lines=choices.skip_bad_lines)
+    if choices.sample is not None:
+        wl = sample_workload(wl, choices.sample, choices.arrivals.seed)
+    return wl
+
+
+@contextmanager
+def build_setup(choices: TuningChoices, *, engine: Engine = VLLM) -> Iterator[TuningSetup]:
+    """Validate ``choices`` and build the parts; the argument checker is closed on exit."""
+    setup = _build(choices, engine)
+    try:
+        yield setup
+    finally:
+        setup.close()
+
+
+def _build(choices: TuningChoices, engine: Engine) -> TuningSetup:
+    if choices.history not in ("recorded", "actual"):
+        raise ConfigError(f"--history: {choices.history!r} is not 'recorded' or 'actual'")
+    wl = _load(choices)
+    check_model(choices.model)
+    profile, note = engine.select_profile(choices.profile, preview=choices.preview)
+    space_path = choices.space or engine.default_space(profile)
+    space = apply_profile(load_search_space(space_path), profile)
+    slos = dict(parse_slo(s) for s in choices.slos)
+    objective = Objective(
+        metric=choices.objective, min_throughput_ratio=choices.min_throughput_ratio, slos_ms=slos
+    )
+    fixed = engine.parse_fixed_args(list(choices.engine_args))
+    arrival = choices.arrivals.spec_for(wl)
+    launch = LaunchSpec(
+        model=choices.model,
+        launcher=tuple(choices.launcher.split()) if choices.launcher else engine.default_launcher(),
+        fixed_args=fixed,
+        api_key=_api_key(choices.api_key_env),
+        startup_timeout_s=choices.startup_timeout_s,
+    )
+    platform: Literal["cuda", "cpu"] = "cpu" if space.platform == "cpu" else "cuda"
+    guard = (
+        MemoryGuard.for_model(
+            choices.model,
+            platform,
+            host_share=choices.host_share,
+            allow_swap=choices.allow_swap,
+            sizing_fn=engine.sizing,
+        )
+        if choices.check_memory
+        else None
+    )
+    if guard is not None:
+        space = clamp_space(space, read_machine_facts(), choices.host_share)
+    return TuningSetup(
+        choices=choices,
+        engine=engine,
+        workload=wl,
+        profile=profile,
+        profile_note=note,
+        space_path=space_path,
+        space=space,
+        objective=objective,
+        launch=launch,
+        fixed=fixed,
+        arrival=arrival,
+        guard=guard,
+    )
+
+
+def describe_params(params: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in params.items())
+
+
+__all__ += ["check_study_name", "describe_params"]
