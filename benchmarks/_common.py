@@ -1,9 +1,12 @@
-"""What every benchmark shares: the bench set-up (model, fixed flags, launcher), the record of
-where and how a figure was measured (date, commit, machine, vLLM build, command, load average),
-spreads of repeated measurements and the markdown/JSON output.
+"""What every benchmark shares: the bench set-up (model, fixed flags, launcher) as the user's
+choices of ``autotune run`` (:func:`tuning_choices`), the record of where and how a figure was
+measured (date, commit, machine, vLLM build, command, load average), spreads of repeated
+measurements and the markdown/JSON output.
 
-Benchmarks use the library (``autotune.*``) for everything the tool itself does; this module only
-holds the set-up that makes their figures comparable with each other.
+Benchmarks use the library (``autotune.*``) for everything the tool itself does: every engine they
+measure is built by :func:`autotune.tuning.build_setup` from these choices, so a benchmark measures
+exactly as a study trial does (memory guard, vLLM's argument parser, warm-up, arrivals). This
+module only holds the set-up that makes their figures comparable with each other.
 """
 
 from __future__ import annotations
@@ -20,17 +23,18 @@ import statistics
 import subprocess
 import sys
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import psutil
 
-from autotune.engine import CPU_LAUNCHER, LaunchSpec, installed_build, parse_engine_args
-from autotune.workload import Workload, load_workload, sample_workload
+from autotune.engine import VLLM
+from autotune.tuning import ArrivalChoice, TuningChoices
+from autotune.workload import load_workload, sample_workload, write_jsonl
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
+CPU_SPACE = REPO / "search_spaces" / "cpu.yaml"
 FAKE_LAUNCHER: tuple[str, ...] = (sys.executable, str(REPO / "tests" / "fakes" / "fake_vllm.py"))
 
 # The bench model: the tool's tiny random-weight Llama with 8 layers instead of 2, so that a
@@ -83,40 +87,62 @@ def setup_logging(verbose: bool) -> None:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
-def bench_model(models_dir: Path, *, quick: bool) -> str:
-    """The model directory of real runs (generated once, reused), or a name for the fake server."""
-    if quick:
-        return "fake-model"
+def bench_model(models_dir: Path) -> str:
+    """The bench model's directory (generated once, reused). Quick runs use it too: the fake server
+    ignores it, but the tool checks it (config.json) and sizes memory from it as for real runs."""
     from autotune.tiny_model import make_tiny_model
 
     return str(make_tiny_model(models_dir / f"tiny-l{BENCH_LAYERS}", layers=BENCH_LAYERS))
 
 
-def launch_spec(
+def fixed_args(*, quick: bool) -> tuple[str, ...]:
+    return QUICK_FIXED_ARGS if quick else FIXED_ARGS
+
+
+def tuning_choices(
     model: str,
+    workload: Path,
     *,
     quick: bool,
-    fixed: Sequence[str] | None = None,
-    env: Mapping[str, str] | None = None,
-) -> LaunchSpec:
-    args = fixed if fixed is not None else (QUICK_FIXED_ARGS if quick else FIXED_ARGS)
-    return LaunchSpec(
+    speed: float = 1.0,
+    space: Path = CPU_SPACE,
+    extra_args: Sequence[str] = (),
+    slos: Sequence[str] = (),
+    min_throughput_ratio: float = 0.95,
+) -> TuningChoices:
+    """What a user would pass to ``autotune run`` for a benchmark run: the CPU build (profile
+    ``cpu``, vLLM's own argument parser on) with the fixed flags, or, with ``quick``, the fake
+    server under whatever profile is detected, without the parser (it would start vLLM's import
+    for a server that is not vLLM)."""
+    return TuningChoices(
+        workload=workload,
         model=model,
-        launcher=FAKE_LAUNCHER if quick else CPU_LAUNCHER,
-        fixed_args=parse_engine_args(list(args)),
-        env=dict(env or {}),
+        profile=None if quick else "cpu",
+        space=space,
+        engine_args=(*fixed_args(quick=quick), *extra_args),
+        launcher=" ".join(FAKE_LAUNCHER) if quick else None,
         startup_timeout_s=60 if quick else 300,
-        stop_timeout_s=5 if quick else 20,
+        arrivals=ArrivalChoice(speed=speed),
+        slos=tuple(slos),
+        min_throughput_ratio=min_throughput_ratio,
+        check_args=not quick,
     )
 
 
-def example_workload(name: str, *, quick: bool, max_requests: int = 12) -> Workload:
-    """A shipped example; in quick mode a few whole sessions without think time (seconds, not tens)."""
-    wl = load_workload(EXAMPLES / name)
+def example_workload(name: str, *, quick: bool, work_dir: Path, max_requests: int = 12) -> Path:
+    """A shipped example; in quick mode a few whole sessions without think time (seconds, not tens),
+    written to ``work_dir`` as a workload file of their own lines."""
+    path = EXAMPLES / name
     if not quick:
-        return wl
-    wl = sample_workload(wl, max_requests, seed=0)
-    return Workload(path=wl.path, requests=tuple(replace(r, think_time=0.0) for r in wl.requests))
+        return path
+    wl = sample_workload(load_workload(path), max_requests, seed=0)
+    lines = path.read_text(encoding="utf-8").splitlines()
+    records = [
+        {k: v for k, v in json.loads(lines[r.line - 1]).items() if k != "think_time"} for r in wl.requests
+    ]
+    out = work_dir / f"quick-{name}"
+    write_jsonl(records, out)
+    return out
 
 
 # -- where and how a figure was measured ---------------------------------------------------------
@@ -141,7 +167,6 @@ def _cpu_model() -> str:
 
 def environment() -> dict[str, Any]:
     """Date, commit, machine, engine build and the exact command: the header of every result."""
-    build, version = installed_build()
     dirty = bool(_git("status", "--porcelain", "--untracked-files=no"))
     return {
         "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
@@ -153,7 +178,7 @@ def environment() -> dict[str, Any]:
             "cpu": _cpu_model(),
             "python": platform.python_version(),
         },
-        "engine": f"vllm-{build} {version}" if version else "vLLM not installed",
+        "engine": VLLM.installed().describe(),
         "command": " ".join(shlex.quote(a) for a in ["python", *sys.argv]),
     }
 

@@ -6,8 +6,12 @@
 (b) how many requests/s ``autotune.bench.replay`` issues on schedule against a trivial local stub
     (benchmarks/_stub_server.py), and its scheduling lag percentiles (``RequestTiming.lag``: how late
     each request left against plan) at several target rates;
-(c) per-trial overhead of a study (``TrialOutcome.timings_s``: start-up, warm-up, measurement,
+(c) per-trial overhead of a study (``TrialRecord.timings_s``: start-up, warm-up, measurement,
     teardown, against the trial's wall time) and the tuner process's peak RSS during the study.
+
+Every engine is built by ``autotune.tuning.build_setup`` from the choices of ``autotune run``
+(``_common.tuning_choices``): (c) runs a study exactly as ``run`` does, with its evaluator (memory
+guard and vLLM's argument parser included); (a) starts one engine from the same launch spec.
 
     python benchmarks/fidelity.py                  # real vLLM for (a) and (c); about 4 min
     python benchmarks/fidelity.py --parts b        # the replayer against the stub only; about 1 min
@@ -35,10 +39,10 @@ import psutil
 from prometheus_client.parser import text_string_to_metric_families
 
 from autotune.bench import ArrivalSpec, MetricsDelta, ReplayTarget, parse_metrics, replay, summarize, warm_up
-from autotune.engine import EngineProcess, VllmArgChecker, free_port
-from autotune.space import RenderedConfig, load_search_space
-from autotune.study import Objective, TrialReport, load_or_create, run_study
-from autotune.trial import VllmEvaluator
+from autotune.engine import EngineProcess, free_port
+from autotune.space import RenderedConfig
+from autotune.study import TrialRecord, TrialReport, TrialStatus, ensure_baseline, load_or_create, run_study
+from autotune.tuning import TuningSetup, build_setup, plan_baseline
 from autotune.workload import Workload, WorkloadRequest
 
 TTFT = "vllm:time_to_first_token_seconds"
@@ -80,16 +84,18 @@ def _quantile_from_buckets(cum: Mapping[float, float], q: float) -> float | None
     return bounds[-1]
 
 
-async def _ttft_run(engine: EngineProcess, workload: Workload, arrival: ArrivalSpec) -> dict[str, Any]:
+async def _ttft_run(engine: EngineProcess, setup: TuningSetup) -> dict[str, Any]:
+    workload, names, metrics_url = setup.workload, setup.engine.metric_names, setup.engine.metrics_path
     timeout = httpx.Timeout(600.0, connect=10.0)
     async with httpx.AsyncClient(trust_env=False, timeout=timeout) as client:
         target = ReplayTarget(base_url=engine.base_url, model=engine.spec.model)
-        await warm_up(client, target, count=2, chat=any(r.is_chat for r in workload.requests))
-        before = (await client.get(engine.base_url + "/metrics")).text
-        result = await replay(client, target, workload, arrival)
-        after = (await client.get(engine.base_url + "/metrics")).text
+        chat = any(r.is_chat for r in workload.requests)
+        await warm_up(client, target, count=setup.choices.warmup, chat=chat)
+        before = (await client.get(engine.base_url + metrics_url)).text
+        result = await replay(client, target, workload, setup.arrival, history=setup.choices.history)
+        after = (await client.get(engine.base_url + metrics_url)).text
     figures = summarize(result.timings, result.duration_s)
-    delta = MetricsDelta.between(parse_metrics(before), parse_metrics(after))
+    delta = MetricsDelta.between(parse_metrics(before, names), parse_metrics(after, names), names=names)
     b0, b1 = _buckets(before), _buckets(after)
     cum = {le: b1[le] - b0.get(le, 0.0) for le in b1}
     client_ttft = np.array([t.ttft for t in result.timings if t.ttft is not None]) * 1000.0
@@ -125,27 +131,31 @@ async def _ttft_run(engine: EngineProcess, workload: Workload, arrival: ArrivalS
 
 
 def part_a(args: Any, model: str) -> dict[str, Any]:
-    wl = c.example_workload("rag.jsonl", quick=args.quick)
-    arrival = ArrivalSpec(mode="timestamps", speed=20.0 if args.quick else 1.0)
-    fixed = [*(c.QUICK_FIXED_ARGS if args.quick else c.FIXED_ARGS)]
+    work = args.work_dir / f"fidelity-a-{time.strftime('%Y%m%d-%H%M%S')}"
+    work.mkdir(parents=True, exist_ok=True)
+    wl_path = c.example_workload("rag.jsonl", quick=args.quick, work_dir=work)
     buckets = json.dumps({"time_to_first_token": FINE_BUCKETS}, separators=(",", ":"))
-    fixed.append("--custom-histogram-buckets=" + buckets)  # --x=VALUE keeps the JSON whole
-    spec = c.launch_spec(model, quick=args.quick, fixed=fixed)
+    extra = ["--custom-histogram-buckets=" + buckets]  # --x=VALUE keeps the JSON whole
+    choices = c.tuning_choices(
+        model, wl_path, quick=args.quick, speed=20.0 if args.quick else 1.0, extra_args=extra
+    )
     # The tuned-looking configuration (KV to spare): TTFT then is the request's own, not queueing.
     rendered = RenderedConfig(args=("--kv-cache-memory-bytes", "128M"))
     load = {"start": c.load_average()}
-    engine = EngineProcess(spec, rendered, args.work_dir / "fidelity-a.log")
-    try:
-        engine.start()
-        engine.wait_healthy()
-        out = asyncio.run(_ttft_run(engine, wl, arrival))
-    finally:
-        engine.stop()
+    with build_setup(choices) as setup:
+        setup.check_fixed_flags()
+        engine = setup.engine.process(setup.launch, rendered, work / "fidelity-a.log")
+        try:
+            engine.start()
+            engine.wait_healthy()
+            out = asyncio.run(_ttft_run(engine, setup))
+        finally:
+            engine.stop()
     load["end"] = c.load_average()
     return {
         "workload": "examples/rag.jsonl",
-        "requests": len(wl),
-        "arrival": arrival.describe(),
+        "requests": len(setup.workload),
+        "arrival": setup.arrival.describe(),
         **out,
         "load_average": load,
     }
@@ -266,18 +276,17 @@ class _PeakRss:
 
 
 def part_c(args: Any, model: str) -> dict[str, Any]:
-    space = load_search_space(c.REPO / "search_spaces" / "cpu.yaml")
-    wl = c.example_workload("rag.jsonl", quick=args.quick)
-    arrival = ArrivalSpec(mode="timestamps", speed=20.0 if args.quick else 1.0)
-    spec = c.launch_spec(model, quick=args.quick)
     work = args.work_dir / f"fidelity-c-{time.strftime('%Y%m%d-%H%M%S')}"
     work.mkdir(parents=True, exist_ok=True)
-    objective = Objective(metric="ttft_p90", min_throughput_ratio=0.5)
+    wl_path = c.example_workload("rag.jsonl", quick=args.quick, work_dir=work)
+    choices = c.tuning_choices(
+        model, wl_path, quick=args.quick, speed=20.0 if args.quick else 1.0, min_throughput_ratio=0.5
+    )
     load = {"start": c.load_average()}
     rss_before = psutil.Process().memory_info().rss
     started: dict[int, float] = {}
     walls: dict[int, float] = {}
-    records: dict[int, Mapping[str, Any]] = {}
+    records: dict[int, TrialRecord] = {}
 
     def on_start(number: int, baseline: bool, params: Mapping[str, Any]) -> None:
         started[number] = time.monotonic()
@@ -286,13 +295,15 @@ def part_c(args: Any, model: str) -> dict[str, Any]:
         walls[rep.number] = time.monotonic() - started[rep.number]
         records[rep.number] = rep.record
 
-    with _PeakRss() as rss:
+    with _PeakRss() as rss, build_setup(choices) as setup:
         t0 = time.monotonic()
-        checker = None if args.quick else VllmArgChecker()  # as `autotune run`: vLLM's own parser
-        if checker is not None:
-            checker.start()  # started here, not inside trial 0, so that its cost is seen apart
+        # As `autotune run`: vLLM's own parser checks the fixed flags before the study, which starts
+        # it here, not inside trial 0, so that its cost is seen apart.
+        setup.check_fixed_flags()
         checker_s = time.monotonic() - t0
-        study = load_or_create(f"sqlite:///{work / 'study.db'}", "fidelity-c", objective, 0)
+        study = load_or_create(f"sqlite:///{work / 'study.db'}", "fidelity-c", setup.objective, 0)
+        plan = plan_baseline(setup)
+        ensure_baseline(study, dict(plan.reference) if plan.reference is not None else None)
         # Pinned, startable configurations (an infeasible draw would measure a failed start instead).
         for kv, mnbt, bs in ((64, 1024, 64), (128, 2048, 32))[: args.overhead_trials - 1]:
             study.enqueue_trial(
@@ -303,31 +314,27 @@ def part_c(args: Any, model: str) -> dict[str, Any]:
                     "enable_prefix_caching": True,
                 }
             )
-        evaluator = VllmEvaluator(spec=spec, workload=wl, arrival=arrival, log_dir=work, arg_checker=checker)
-        try:
-            run_study(
-                study=study,
-                space=space,
-                evaluator=evaluator,
-                objective=objective,
-                n_trials=args.overhead_trials,
-                on_trial_start=on_start,
-                on_trial_done=on_done,
-            )
-        finally:
-            if checker is not None:
-                checker.close()
+        run_study(
+            study=study,
+            space=setup.space,
+            evaluator=setup.evaluator(work),
+            objective=setup.objective,
+            n_trials=args.overhead_trials,
+            on_trial_start=on_start,
+            on_trial_done=on_done,
+        )
         study_s = time.monotonic() - t0
+        checked = setup.checker() is not None
     load["end"] = c.load_average()
     trials = []
     for n in sorted(walls):
-        ts = dict(records[n].get("timings_s") or {})
+        ts = dict(records[n].timings_s)
         wall = walls[n]
         vllm = ts.get("startup", 0.0) + ts.get("measure", 0.0)
         trials.append(
             {
                 "number": n,
-                "status": records[n].get("status"),
+                "status": records[n].status.value,
                 "wall_s": wall,
                 "timings_s": ts,
                 "other_s": wall - sum(ts.values()),
@@ -335,7 +342,7 @@ def part_c(args: Any, model: str) -> dict[str, Any]:
                 "overhead_vs_startup_and_measure": (wall - vllm) / vllm if vllm else None,
             }
         )
-    ok = [t for t in trials if t["status"] == "ok"]
+    ok = [t for t in trials if t["status"] == TrialStatus.OK.value]
     tot = {
         k: sum(t["timings_s"].get(k, 0.0) for t in ok) for k in ("startup", "warmup", "measure", "teardown")
     }
@@ -347,7 +354,7 @@ def part_c(args: Any, model: str) -> dict[str, Any]:
         "measure_share": tot["measure"] / wall_ok if wall_ok else None,
         "overhead_vs_startup_and_measure": (wall_ok - core) / core if core else None,
         "study_overhead_vs_startup_and_measure": (study_s - core) / core if core else None,
-        "arg_checker_start_s": checker_s if checker is not None else None,
+        "arg_checker_start_s": checker_s if checked else None,
         "study_wall_s": study_s,
         "peak_rss_mib": rss.peak / 2**20,
         "rss_before_study_mib": rss_before / 2**20,
@@ -532,7 +539,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     c.setup_logging(args.verbose)
     args.work_dir.mkdir(parents=True, exist_ok=True)
     env = c.environment()
-    model = c.bench_model(args.models_dir, quick=args.quick) if {"a", "c"} & set(parts) else ""
+    model = c.bench_model(args.models_dir) if {"a", "c"} & set(parts) else ""
     load_start = c.load_average()
     t0 = time.monotonic()
     result: dict[str, Any] = {"benchmark": "fidelity", "quick": args.quick, "env": env, "model": model}

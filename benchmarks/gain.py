@@ -13,6 +13,7 @@ about 9 requests/s), so that the server is busy enough for its configuration to 
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -20,13 +21,19 @@ from pathlib import Path
 from typing import Any
 
 import _common as c
+import optuna
 
-from autotune.bench import ArrivalSpec
 from autotune.export import export_best
-from autotune.outcome import TrialOutcome, TrialStatus
-from autotune.space import RenderedConfig, load_search_space
-from autotune.study import Objective, TrialReport, load_or_create, run_study
-from autotune.trial import VllmEvaluator
+from autotune.study import (
+    TrialRecord,
+    TrialReport,
+    baseline_trial,
+    ensure_baseline,
+    load_or_create,
+    read_record,
+    run_study,
+)
+from autotune.tuning import TuningSetup, VllmEvaluator, build_setup, compare_configs, plan_baseline
 
 WORKLOADS = ("rag.jsonl", "support_chat.jsonl")
 # (figure, label, higher is better)
@@ -39,59 +46,61 @@ ROWS: tuple[tuple[str, str, bool], ...] = (
 )
 
 
-def _figures(outcome: TrialOutcome) -> dict[str, float] | None:
-    if outcome.status != TrialStatus.OK or outcome.figures is None:
+def _value(x: float | None) -> float:
+    return float("nan") if x is None else float(x)
+
+
+def _figures(record: TrialRecord) -> dict[str, float] | None:
+    if not record.ok or record.figures is None:
         return None
-    f = outcome.figures
-    out = {name: f.metric(name) for name, _, _ in ROWS if name != "goodput"}
-    out["goodput"] = f.goodput if f.goodput is not None else float("nan")
-    out["failed"] = float(f.failed)
-    out["prefix_hit_rate"] = (
-        outcome.metrics.prefix_hit_rate
-        if outcome.metrics and outcome.metrics.prefix_hit_rate is not None
-        else float("nan")
-    )
-    out["preemptions"] = outcome.metrics.preemptions if outcome.metrics else float("nan")
+    out = {name: _value(record.metric(name)) for name, _, _ in ROWS}
+    out["failed"] = float(record.figures.failed)
+    out["prefix_hit_rate"] = _value(record.metrics.prefix_hit_rate if record.metrics else None)
+    out["preemptions"] = _value(record.metric("preemptions"))
     return out
 
 
 def _tune(
-    name: str, evaluator: VllmEvaluator, n_trials: int, seed: int, db: Path
-) -> tuple[Any, list[dict[str, Any]], float]:
-    space = load_search_space(c.REPO / "search_spaces" / "cpu.yaml")
-    objective = Objective(metric="ttft_p90", min_throughput_ratio=0.95)
+    name: str, setup: TuningSetup, evaluator: VllmEvaluator, n_trials: int, seed: int, db: Path
+) -> tuple[optuna.Study, list[dict[str, Any]], float]:
+    """A study as ``autotune run`` runs it (the baseline, or its runnable reference, first). The
+    goodput SLOs are a reported figure here, not constraints of the study: the defaults' TTFT p90
+    on this machine is far above them, and the study would then have no feasible baseline."""
+    objective = dataclasses.replace(setup.objective, slos_ms={})
     study = load_or_create(f"sqlite:///{db}", name, objective, seed)
+    plan = plan_baseline(setup)
+    ensure_baseline(study, dict(plan.reference) if plan.reference is not None else None)
     trials: list[dict[str, Any]] = []
 
     def done(rep: TrialReport) -> None:
         rec = rep.record
-        f = rec.get("figures") or {}
         row = {
             "number": rep.number,
-            "baseline": rep.baseline,
+            "baseline": rec.baseline,
             "params": dict(rep.params),
-            "status": rec.get("status"),
-            "failure": rec.get("failure"),
-            "ttft_p90": (f.get("percentiles_ms") or {}).get("ttft_p90"),
-            "output_throughput": f.get("output_throughput"),
+            "status": rec.status.value,
+            "failure": rec.failure,
+            "ttft_p90": rec.metric("ttft_p90"),
+            "output_throughput": rec.metric("output_throughput"),
             "feasible": rep.feasible,
-            "timings_s": rec.get("timings_s"),
+            "timings_s": dict(rec.timings_s),
         }
         trials.append(row)
         c.log.info(
             "%s trial %d %s %s ttft_p90=%s failure=%s",
             name,
             rep.number,
-            "baseline" if rep.baseline else dict(rep.params),
-            rec.get("status"),
+            "baseline" if rec.baseline else dict(rep.params),
+            rec.status.value,
             row["ttft_p90"],
-            rec.get("failure"),
+            rec.failure,
         )
 
     t0 = time.monotonic()
+    setup.check_fixed_flags()
     run_study(
         study=study,
-        space=space,
+        space=setup.space,
         evaluator=evaluator,
         objective=objective,
         n_trials=n_trials,
@@ -101,24 +110,18 @@ def _tune(
 
 
 def _alternate(
-    evaluator: VllmEvaluator, configs: Mapping[str, RenderedConfig], rounds: int
+    evaluator: VllmEvaluator, arms: Sequence[tuple[str, Sequence[str]]], rounds: int
 ) -> dict[str, list[dict[str, float] | None]]:
-    """A B A B ...: each configuration measured ``rounds`` times on a fresh engine, interleaved."""
-    runs: dict[str, list[dict[str, float] | None]] = {k: [] for k in configs}
-    n = 9000
-    for r in range(rounds):
-        for label, cfg in configs.items():
-            outcome = evaluator(n, cfg)
-            n += 1
-            figs = _figures(outcome)
-            runs[label].append(figs)
-            c.log.info(
-                "round %d %s: %s",
-                r + 1,
-                label,
-                {k: round(v, 2) for k, v in figs.items()} if figs else outcome.failure,
-            )
-    return runs
+    """A B A B ...: each configuration measured ``rounds`` times on a fresh engine, interleaved
+    (``compare_configs``, as ``autotune compare`` and the confirmation rounds measure)."""
+
+    def on_run(label: str, r: int, record: TrialRecord) -> None:
+        figs = _figures(record)
+        shown = {k: round(v, 2) for k, v in figs.items()} if figs else record.failure
+        c.log.info("round %d %s: %s", r + 1, label, shown)
+
+    result = compare_configs(evaluator, arms, rounds=rounds, on_run=on_run)
+    return {arm.name: [_figures(rec) for rec in arm.runs] for arm in (result.a, result.b)}
 
 
 def _summary(runs: Sequence[dict[str, float] | None]) -> dict[str, Any]:
@@ -148,27 +151,27 @@ def _verdict(a: Mapping[str, Any], b: Mapping[str, Any]) -> str:
 def bench_workload(
     wl_name: str, args: Any, model: str, slos_ms: Mapping[str, float], stamp: str
 ) -> dict[str, Any]:
-    wl = c.example_workload(wl_name, quick=args.quick)
-    arrival = ArrivalSpec(mode="timestamps", speed=args.speed)
-    spec = c.launch_spec(model, quick=args.quick)
     stem = Path(wl_name).stem
     work = args.work_dir / f"gain-{stem}-{stamp}"
-    evaluator = VllmEvaluator(
-        spec=spec, workload=wl, arrival=arrival, log_dir=work / "logs", slos_ms=dict(slos_ms)
-    )
     work.mkdir(parents=True, exist_ok=True)
-    load_start = c.load_average()
-    study, trials, tune_s = _tune(f"gain-{stem}", evaluator, args.trials, args.seed, work / "study.db")
-    fixed_argv = list(c.QUICK_FIXED_ARGS if args.quick else c.FIXED_ARGS)
-    best, exported = export_best(study, model=model, fixed_argv=fixed_argv, out=work / "best.yaml")
-    tuned = RenderedConfig(
-        args=tuple(best.user_attrs.get("rendered_args") or ()),
-        env=dict(best.user_attrs.get("rendered_env") or {}),
-    )
-    configs = {"defaults": RenderedConfig(args=()), "tuned": tuned}
-    t0 = time.monotonic()
-    runs = _alternate(evaluator, configs, args.rounds)
-    ab_s = time.monotonic() - t0
+    wl_path = c.example_workload(wl_name, quick=args.quick, work_dir=work)
+    slos = [f"ttft_p90={slos_ms['ttft']:g}ms", f"tpot_p90={slos_ms['tpot']:g}ms"]  # goodput's limits
+    choices = c.tuning_choices(model, wl_path, quick=args.quick, speed=args.speed, slos=slos)
+    with build_setup(choices) as setup:
+        load_start = c.load_average()
+        study, trials, tune_s = _tune(
+            f"gain-{stem}", setup, setup.evaluator(work / "logs"), args.trials, args.seed, work / "study.db"
+        )
+        best, exported = export_best(study, out=work / "best.yaml")
+        best_rec = read_record(best)
+        base = baseline_trial(study)  # vLLM's defaults, or the runnable reference measured instead
+        base_args = read_record(base).rendered_args if base is not None else ()
+        arms = [("defaults", list(base_args)), ("tuned", list(best_rec.rendered_args))]
+        t0 = time.monotonic()
+        # The study's evaluator, logging apart; the flags were checked by vLLM's parser in the study.
+        runs = _alternate(setup.evaluator(work / "ab", check_args=False), arms, args.rounds)
+        ab_s = time.monotonic() - t0
+        wl, arrival = setup.workload, setup.arrival
     summary = {k: _summary(v) for k, v in runs.items()}
     ratios = {name: _ratio(summary["defaults"][name], summary["tuned"][name], hb) for name, _, hb in ROWS}
     d, t = summary["defaults"], summary["tuned"]
@@ -187,9 +190,9 @@ def bench_workload(
             "n_trials": len(trials),
             "failed_trials": sum(1 for tr in trials if tr["status"] != "ok"),
             "best_trial": best.number,
-            "best_is_baseline": bool(best.user_attrs.get("baseline")),
+            "best_is_baseline": best_rec.baseline,
             "best_params": dict(best.params),
-            "best_flags": list(tuned.args),
+            "best_flags": list(best_rec.rendered_args),
             "exported_command": exported.command,
             "wall_s": tune_s,
         },
@@ -221,7 +224,7 @@ def markdown(result: Mapping[str, Any]) -> str:
         t = w["alternating"]["tuned"]
         parts.append(
             f"**{Path(w['workload']).name}** ({w['requests']} requests, {w['arrival']}): best trial "
-            f"#{s['best_trial']} of {s['n_trials']} ({s['failed_trials']} failed to start), flags "
+            f"#{s['best_trial']} of {s['n_trials']} ({s['failed_trials']} not measured: failed to start or rejected before launch), flags "
             f"`{' '.join(s['best_flags']) or '(defaults)'}`; study {s['wall_s']:.0f} s, A/B "
             f"{w['alternating']['wall_s']:.0f} s; load average {w['load_average']['start']} -> "
             f"{w['load_average']['end']}\n"
@@ -266,7 +269,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.speed = args.speed or (20.0 if args.quick else 3.0)
     c.setup_logging(args.verbose)
     env = c.environment()
-    model = c.bench_model(args.models_dir, quick=args.quick)
+    model = c.bench_model(args.models_dir)
     slos = {"ttft": args.slo_ttft_ms, "tpot": args.slo_tpot_ms}
     stamp = time.strftime("%Y%m%d-%H%M%S")
     t0 = time.monotonic()
@@ -276,7 +279,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "quick": args.quick,
         "env": env,
         "model": model,
-        "fixed_args": list(c.QUICK_FIXED_ARGS if args.quick else c.FIXED_ARGS),
+        "fixed_args": list(c.fixed_args(quick=args.quick)),
         "trials": args.trials,
         "rounds": args.rounds,
         "speed": args.speed,

@@ -1,6 +1,7 @@
 """Repeatability: the coefficient of variation of the objective (TTFT p90) over repeated measurements
-of one configuration, each on a freshly started engine exactly as a study measures a trial
-(``VllmEvaluator``: start, 2 warm-up requests, the whole workload at its file timestamps, stop).
+of one configuration, each on a freshly started engine exactly as a study measures a trial (the
+evaluator of ``autotune.tuning.build_setup``: start, 2 warm-up requests, the whole workload at its
+file timestamps, stop).
 
 Target: CV <= 3%. When it is missed, the measurement length that would meet it is estimated under
 the assumption that the noise is sampling noise (CV proportional to 1/sqrt(requests measured)):
@@ -21,10 +22,9 @@ from typing import Any
 
 import _common as c
 
-from autotune.bench import ArrivalSpec
-from autotune.outcome import TrialStatus
 from autotune.space import RenderedConfig
-from autotune.trial import VllmEvaluator
+from autotune.study import TrialRecord
+from autotune.tuning import build_setup
 
 TARGET_CV = 0.03
 FIGURES = ("ttft_p90", "ttft_p50", "tpot_p50", "output_throughput")
@@ -46,34 +46,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.speed = args.speed or (20.0 if args.quick else 1.0)
     c.setup_logging(args.verbose)
     env = c.environment()
-    model = c.bench_model(args.models_dir, quick=args.quick)
-    wl = c.example_workload(args.workload, quick=args.quick)
-    arrival = ArrivalSpec(mode="timestamps", speed=args.speed)
+    model = c.bench_model(args.models_dir)
     work = args.work_dir / f"repeatability-{time.strftime('%Y%m%d-%H%M%S')}"
-    evaluator = VllmEvaluator(
-        spec=c.launch_spec(model, quick=args.quick), workload=wl, arrival=arrival, log_dir=work
-    )
+    work.mkdir(parents=True, exist_ok=True)
+    wl_path = c.example_workload(args.workload, quick=args.quick, work_dir=work)
+    choices = c.tuning_choices(model, wl_path, quick=args.quick, speed=args.speed)
     rendered = RenderedConfig(args=tuple(shlex.split(args.args)))
     load_start = c.load_average()
     t0 = time.monotonic()
-    runs: list[dict[str, Any]] = []
-    for i in range(args.runs):
-        outcome = evaluator(i, rendered)
-        if outcome.status != TrialStatus.OK or outcome.figures is None:
-            runs.append({"status": outcome.status.value, "failure": outcome.failure})
-            continue
-        f = outcome.figures
-        runs.append(
-            {
-                "status": "ok",
-                **{name: f.metric(name) for name in FIGURES},
-                "duration_s": f.duration_s,
-                "completed": f.completed,
-                "failed": f.failed,
-                "timings_s": dict(outcome.timings_s),
-            }
-        )
-        c.log.info("run %d: ttft_p90 %.1f ms", i + 1, f.metric("ttft_p90"))
+    with build_setup(choices) as setup:
+        setup.check_fixed_flags()
+        evaluator = setup.evaluator(work)
+        runs = [_run(i, evaluator(i, rendered)) for i in range(args.runs)]
+        wl, arrival = setup.workload, setup.arrival
     wall = time.monotonic() - t0
     ok = [r for r in runs if r["status"] == "ok"]
     stats = {name: c.spread(r[name] for r in ok) for name in FIGURES}
@@ -85,7 +70,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "quick": args.quick,
         "env": env,
         "model": model,
-        "fixed_args": list(c.QUICK_FIXED_ARGS if args.quick else c.FIXED_ARGS),
+        "fixed_args": list(c.fixed_args(quick=args.quick)),
         "config_args": list(rendered.args),
         "workload": f"examples/{args.workload}",
         "requests": len(wl),
@@ -106,6 +91,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(markdown(result))
     print(f"\nwall time: {wall:.0f} s", file=sys.stderr)
     return 0
+
+
+def _run(i: int, record: TrialRecord) -> dict[str, Any]:
+    if not record.ok or record.figures is None:
+        return {"status": record.status.value, "failure": record.failure, "reason": record.reason}
+    f = record.figures
+    c.log.info("run %d: ttft_p90 %.1f ms", i + 1, f.metric("ttft_p90"))
+    return {
+        "status": record.status.value,
+        **{name: f.metric(name) for name in FIGURES},
+        "duration_s": f.metric("duration_s"),
+        "completed": f.completed,
+        "failed": f.failed,
+        "timings_s": dict(record.timings_s),
+    }
 
 
 def markdown(r: Mapping[str, Any]) -> str:

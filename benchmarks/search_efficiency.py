@@ -5,10 +5,13 @@ grid itself, over many seeds.
 Two steps. ``--measure-grid`` measures every configuration of a reduced space
 (benchmarks/data/grid_space.yaml, 18 configurations) once on the real CPU build, each on a fresh
 engine with ``--repeats`` replays (the prefix cache reset between them), and stores the table in
-benchmarks/data/grid_cpu.json (about 15 min on 2 cores). Then, cheaply, each sampler runs whole
-studies through the library's study loop (``load_or_create`` + ``run_study``) whose evaluator
-looks the configuration up in the table and returns one of its measured repeats at random: the
-measured noise. No engine is started in that step.
+benchmarks/data/grid_cpu.json (about 15 min on 2 cores). The engines, workload, arrivals and
+warm-up are those of ``autotune.tuning.build_setup`` for the choices of ``autotune run``; only the
+repeats on one engine are this script's own (a study starts one engine per measurement). Then,
+cheaply, each sampler runs whole studies through the library's study loop (``load_or_create`` +
+``run_study``) whose evaluator looks the configuration up in the table and returns one of its
+measured repeats at random, as a ``TrialRecord``: the measured noise. No engine is started in that
+step.
 
     python benchmarks/search_efficiency.py --measure-grid      # grid (real vLLM) + replay
     python benchmarks/search_efficiency.py                     # replay the stored grid only
@@ -18,6 +21,7 @@ measured noise. No engine is started in that step.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import json
 import multiprocessing as mp
@@ -36,22 +40,23 @@ import httpx
 import numpy as np
 import optuna
 
-from autotune.bench import (
-    ArrivalSpec,
-    MetricsDelta,
-    ReplayTarget,
-    TrialFigures,
-    replay,
-    scrape_metrics,
-    summarize,
-    warm_up,
-)
-from autotune.engine import EngineProcess, LaunchSpec
+from autotune.bench import MetricsDelta, ReplayTarget, replay, scrape_metrics, summarize, warm_up
+from autotune.engine import EngineProcess
 from autotune.errors import EngineCrashed, EngineStartError
-from autotune.outcome import TrialOutcome, TrialStatus
 from autotune.space import RenderedConfig, SearchSpace, load_search_space, render_values
-from autotune.study import Objective, TrialReport, load_or_create, run_study
-from autotune.workload import Workload
+from autotune.study import (
+    Figures,
+    Metrics,
+    Objective,
+    TrialRecord,
+    TrialReport,
+    TrialStatus,
+    ensure_baseline,
+    load_or_create,
+    read_record,
+    run_study,
+)
+from autotune.tuning import TuningSetup, build_setup
 
 SPACE_PATH = c.REPO / "benchmarks" / "data" / "grid_space.yaml"
 GRID_PATH = c.REPO / "benchmarks" / "data" / "grid_cpu.json"
@@ -63,15 +68,15 @@ WITHIN = 0.05
 
 
 # -- the space and its grid ----------------------------------------------------------------------
-def grid_space(*, quick: bool) -> SearchSpace:
-    space = load_search_space(SPACE_PATH)
+def grid_space(space: SearchSpace, *, quick: bool) -> SearchSpace:
+    """The grid's space; with ``quick`` the first two choices of each parameter."""
     if not quick:
         return space
     params = {
         k: p.model_copy(update={"choices": p.choices[:2]}) if p.choices else p
         for k, p in space.parameters.items()
     }
-    return SearchSpace(name=space.name + "-quick", platform=space.platform, parameters=params)
+    return space.model_copy(update={"name": space.name + "-quick", "parameters": params})
 
 
 def grid_points(space: SearchSpace) -> list[dict[str, Any]]:
@@ -85,27 +90,31 @@ def key(values: Mapping[str, Any]) -> str:
 
 
 # -- step 1: measure the grid --------------------------------------------------------------------
-async def _measure_engine(
-    engine: EngineProcess, workload: Workload, arrival: ArrivalSpec, repeats: int, slos: Mapping[str, float]
-) -> list[dict[str, Any]]:
+async def _measure_engine(engine: EngineProcess, setup: TuningSetup, repeats: int) -> list[dict[str, Any]]:
+    """``repeats`` replays on one engine, each as a trial measures (warm-up, replay, /metrics
+    before and after), the prefix cache emptied before each."""
+    names, path = setup.engine.metric_names, setup.engine.metrics_path
+    host_sources = setup.profile.cpu_hit_sources or ("host",)
     timeout = httpx.Timeout(600.0, connect=10.0)
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=256)
     out: list[dict[str, Any]] = []
     async with httpx.AsyncClient(trust_env=False, timeout=timeout, limits=limits) as client:
-        target = ReplayTarget(base_url=engine.base_url, model=engine.spec.model)
-        chat = any(r.is_chat for r in workload.requests)
+        target = ReplayTarget(base_url=engine.base_url, model=engine.spec.model, api_key=engine.spec.api_key)
+        chat = any(r.is_chat for r in setup.workload.requests)
         for _ in range(repeats):
             # A cold prefix cache for every repeat, as after a fresh start (needs VLLM_SERVER_DEV_MODE=1).
             try:
                 reset = (await client.post(engine.base_url + "/reset_prefix_cache")).status_code == 200
             except httpx.HTTPError:
                 reset = False
-            await warm_up(client, target, count=2, chat=chat)
-            before = await scrape_metrics(client, engine.base_url)
-            result = await replay(client, target, workload, arrival)
-            after = await scrape_metrics(client, engine.base_url)
-            figures = summarize(result.timings, result.duration_s, slos_ms=slos)
-            metrics = MetricsDelta.between(before, after) if before and after else None
+            await warm_up(client, target, count=setup.choices.warmup, chat=chat)
+            before = await scrape_metrics(client, engine.base_url, names, path)
+            result = await replay(
+                client, target, setup.workload, setup.arrival, history=setup.choices.history
+            )
+            after = await scrape_metrics(client, engine.base_url, names, path)
+            figures = summarize(result.timings, result.duration_s, slos_ms=setup.objective.request_slos)
+            metrics = MetricsDelta.between(before, after, host_sources, names) if before and after else None
             out.append(
                 {
                     "cache_reset": reset,
@@ -116,55 +125,80 @@ async def _measure_engine(
     return out
 
 
-def measure_grid(args: Any, space: SearchSpace, model: str) -> dict[str, Any]:
-    wl = c.example_workload("rag.jsonl", quick=args.quick)
-    arrival = ArrivalSpec(mode="timestamps", speed=args.speed)
-    spec: LaunchSpec = c.launch_spec(model, quick=args.quick, env={"VLLM_SERVER_DEV_MODE": "1"})
-    points = grid_points(space)
-    random.Random(args.seed).shuffle(points)  # measurement order decorrelated from the configuration
-    slos = {"ttft": 200.0, "tpot": 50.0}
+def _measure_config(setup: TuningSetup, rendered: RenderedConfig, log: Path, repeats: int) -> dict[str, Any]:
+    """One configuration: rejected before launch when it cannot fit (as a trial), else measured."""
+    reasons = setup.fit_reasons(rendered.args)
+    if reasons:
+        reason = "does not fit before launch: " + "; ".join(reasons)
+        return {
+            "status": TrialStatus.INFEASIBLE.value,
+            "failure": "does_not_fit",
+            "reason": reason,
+            "repeats": [],
+        }
+    # Every engine of the grid may be asked to empty its prefix cache (POST /reset_prefix_cache).
+    spec = dataclasses.replace(setup.launch, env={**setup.launch.env, "VLLM_SERVER_DEV_MODE": "1"})
+    engine = setup.engine.process(spec, rendered, log)
+    entry: dict[str, Any] = {}
+    try:
+        engine.start()
+        engine.wait_healthy()
+        kv = setup.engine.kv_capacity(engine.log_text())
+        entry["kv_tokens"] = kv.tokens if kv else None
+        entry["repeats"] = asyncio.run(_measure_engine(engine, setup, repeats))
+        engine.check_alive()
+        entry["status"] = TrialStatus.OK.value
+    except (EngineStartError, EngineCrashed) as exc:
+        entry.update(status=TrialStatus.FAILED.value, failure=exc.failure, reason=str(exc), repeats=[])
+    finally:
+        engine.stop()
+    entry["startup_s"] = engine.startup_s
+    return entry
+
+
+def measure_grid(args: Any, model: str) -> dict[str, Any]:
     log_dir = args.work_dir / f"grid-{time.strftime('%Y%m%d-%H%M%S')}"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    wl_path = c.example_workload("rag.jsonl", quick=args.quick, work_dir=log_dir)
+    slos = ("ttft_p90=200ms", "tpot_p90=50ms")  # per-request limits of the goodput figure
+    choices = c.tuning_choices(
+        model, wl_path, quick=args.quick, speed=args.speed, space=SPACE_PATH, slos=slos
+    )
     env = c.environment()  # the date is the start of the measurement
     load_start = c.load_average()
     t0 = time.monotonic()
     table: dict[str, Any] = {}
-    for i, values in enumerate(points):
-        rendered = render_values(space, values)
-        engine = EngineProcess(spec, rendered, log_dir / f"config-{i:02d}.log")
-        entry: dict[str, Any] = {
-            "values": values,
-            "args": list(rendered.args),
-            "order": i,
-            "load_average_start": c.load_average(),
-        }
-        try:
-            engine.start()
-            engine.wait_healthy()
-            kv = engine.kv_capacity()
-            entry["kv_tokens"] = kv.tokens if kv else None
-            entry["repeats"] = asyncio.run(_measure_engine(engine, wl, arrival, args.repeats, slos))
-            engine.check_alive()
-            entry["status"] = "ok"
-        except (EngineStartError, EngineCrashed) as exc:
-            entry.update(status="failed", failure=exc.failure, repeats=[])
-        finally:
-            engine.stop()
-        entry["startup_s"] = engine.startup_s
-        entry["load_average_end"] = c.load_average()
-        p90 = [r["figures"]["percentiles_ms"]["ttft_p90"] for r in entry["repeats"]]
-        entry["ttft_p90"] = c.spread(p90)
-        table[key(values)] = entry
-        c.log.info("grid %d/%d %s: ttft_p90 %s", i + 1, len(points), values, [round(x, 1) for x in p90])
+    with build_setup(choices) as setup:
+        setup.check_fixed_flags()
+        space = grid_space(setup.space, quick=args.quick)
+        points = grid_points(space)
+        random.Random(args.seed).shuffle(points)  # measurement order decorrelated from the configuration
+        for i, values in enumerate(points):
+            rendered = render_values(space, values)
+            entry: dict[str, Any] = {
+                "values": values,
+                "args": list(rendered.args),
+                "order": i,
+                "load_average_start": c.load_average(),
+            }
+            entry.update(_measure_config(setup, rendered, log_dir / f"config-{i:02d}.log", args.repeats))
+            entry["load_average_end"] = c.load_average()
+            p90 = [Figures(r["figures"]).metric("ttft_p90") for r in entry["repeats"]]
+            entry["ttft_p90"] = c.spread(p90)
+            table[key(values)] = entry
+            c.log.info("grid %d/%d %s: ttft_p90 %s", i + 1, len(points), values, [round(x, 1) for x in p90])
+        wl, arrival, slo_ms = setup.workload, setup.arrival, setup.objective.request_slos
     return {
         "benchmark": "search_efficiency/grid",
         "env": env,
         "model": model,
-        "fixed_args": list(c.QUICK_FIXED_ARGS if args.quick else c.FIXED_ARGS),
+        "fixed_args": list(c.fixed_args(quick=args.quick)),
         "space": str(SPACE_PATH.relative_to(c.REPO)),
         "workload": "examples/rag.jsonl",
+        "requests": len(wl),
         "arrival": arrival.describe(),
         "repeats": args.repeats,
-        "slo_ms": slos,
+        "slo_ms": slo_ms,
         "baseline": key(BASELINE),
         "configs": table,
         "load_average": {"start": load_start, "end": c.load_average()},
@@ -182,12 +216,21 @@ class TableEvaluator:
         self.by_args = {tuple(render_values(space, e["values"]).args): k for k, e in grid["configs"].items()}
         self.by_args[()] = grid["baseline"]  # trial 0: no tuned flag, the fixed flags only
 
-    def __call__(self, number: int, rendered: RenderedConfig) -> TrialOutcome:
+    def __call__(self, number: int, rendered: RenderedConfig) -> TrialRecord:
         entry = self.grid["configs"][self.by_args[tuple(rendered.args)]]
-        if entry["status"] != "ok" or not entry["repeats"]:
-            return TrialOutcome(status=TrialStatus.FAILED, failure=entry.get("failure"))
+        timings = {"startup": entry["startup_s"]} if entry.get("startup_s") is not None else {}
+        if entry["status"] != TrialStatus.OK.value or not entry["repeats"]:
+            status = TrialStatus.INFEASIBLE if entry["status"] == "infeasible" else TrialStatus.FAILED
+            reason = entry.get("reason")
+            return TrialRecord(status=status, failure=entry.get("failure"), reason=reason, timings_s=timings)
         rep = self.rng.choice(entry["repeats"])
-        return TrialOutcome(status=TrialStatus.OK, figures=TrialFigures(**rep["figures"]))
+        return TrialRecord(
+            status=TrialStatus.OK,
+            figures=Figures(rep["figures"]),
+            metrics=Metrics(rep["metrics"]) if rep.get("metrics") else None,
+            kv_tokens=entry.get("kv_tokens"),
+            timings_s=timings,
+        )
 
 
 def true_values(grid: Mapping[str, Any]) -> tuple[dict[str, float], str]:
@@ -197,12 +240,12 @@ def true_values(grid: Mapping[str, Any]) -> tuple[dict[str, float], str]:
     tput: dict[str, float] = {}
     failed: dict[str, float] = {}
     for k, e in grid["configs"].items():
-        if e["status"] != "ok" or not e["repeats"]:
+        if e["status"] != TrialStatus.OK.value or not e["repeats"]:
             continue
-        figs = [r["figures"] for r in e["repeats"]]
-        means[k] = statistics.fmean(f["percentiles_ms"][OBJECTIVE.metric] for f in figs)
-        tput[k] = statistics.fmean(f["output_throughput"] for f in figs)
-        failed[k] = max(f["failed"] for f in figs)
+        figs = [Figures(r["figures"]) for r in e["repeats"]]
+        means[k] = statistics.fmean(f.metric(OBJECTIVE.metric) for f in figs)
+        tput[k] = statistics.fmean(f.output_throughput for f in figs)
+        failed[k] = max(f.failed for f in figs)
     base_tput = tput[grid["baseline"]]
     feasible = [k for k in means if tput[k] >= OBJECTIVE.min_throughput_ratio * base_tput and not failed[k]]
     return means, min(feasible, key=lambda k: means[k])
@@ -214,6 +257,7 @@ def run_sampler(
     """One study of ``budget`` trials (the baseline first); the configuration the tool would export
     after each trial (``best_feasible``), as a table key."""
     study = load_or_create("sqlite:///:memory:", f"{sampler}-{seed}", OBJECTIVE, seed)
+    ensure_baseline(study)  # first, as `autotune run` does: before the grid's enqueued points
     if sampler == "random":
         study.sampler = optuna.samplers.RandomSampler(seed=seed)
     elif sampler == "grid":  # every other grid point once, in a random order
@@ -229,7 +273,7 @@ def run_sampler(
             best_after.append(None)
             return
         bt = study.trials[rep.best_number]
-        best_after.append(grid["baseline"] if bt.user_attrs.get("baseline") else key(bt.params))
+        best_after.append(grid["baseline"] if read_record(bt).baseline else key(bt.params))
 
     run_study(
         study=study,
@@ -321,7 +365,7 @@ def markdown(result: Mapping[str, Any]) -> str:
                 f"{v['kv_cache_memory_bytes']}M",
                 v["block_size"],
                 "on" if v["enable_prefix_caching"] else "off",
-                c.fmt_spread(s) if e["status"] == "ok" else f"failed ({e.get('failure')})",
+                c.fmt_spread(s) if e["status"] == "ok" else f"{e['status']} ({e.get('failure')})",
                 f"{s['cv']:.1%}" if s.get("n", 0) > 1 else "-",
                 e["order"] + 1,
                 (e.get("load_average_start") or ["-"])[0],
@@ -387,12 +431,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.speed = args.speed or (20.0 if args.quick else 3.0)
     args.seeds = args.seeds or (5 if args.quick else 100)
     c.setup_logging(args.verbose)
-    space = grid_space(quick=args.quick)
+    space = grid_space(load_search_space(SPACE_PATH), quick=args.quick)
     grid_path = args.grid or (args.work_dir / "grid_quick.json" if args.quick else GRID_PATH)
     t0 = time.monotonic()
     if args.measure_grid or args.quick:
-        model = c.bench_model(args.models_dir, quick=args.quick)
-        grid = measure_grid(args, space, model)
+        model = c.bench_model(args.models_dir)
+        grid = measure_grid(args, model)
         c.write_json(grid_path, grid)
     else:
         if not grid_path.exists():

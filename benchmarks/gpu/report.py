@@ -13,6 +13,7 @@ from pathlib import Path
 import optuna
 
 from autotune.memory import ModelShape, estimate_memory, weight_bytes
+from autotune.study import read_record
 
 M8B_CONFIG = {  # the 8B-shaped Llama of ../shared/gpu/mk_model.py (vocabulary 371 tokens)
     "architectures": ["LlamaForCausalLM"],
@@ -47,8 +48,9 @@ def main(results: Path) -> None:
     )
     print("|" + "---|" * 15)
     for t in study.get_trials():
-        a, p = t.user_attrs, t.params
-        f, m, mem = a["figures"], a["metrics"], a["memory"]
+        rec, p = read_record(t), t.params
+        f, m, mem, kv = rec.figures, rec.metrics, rec.memory, rec.kv_tokens
+        assert f is not None and m is not None and kv is not None, f"trial {t.number} was not measured"
         util = p.get("gpu_memory_utilization", 0.15)
         est = estimate_memory(
             shape,
@@ -60,14 +62,14 @@ def main(results: Path) -> None:
             max_num_batched_tokens=p.get("max_num_batched_tokens", 8192),
             cuda_graphs=False,
         )
-        label = "0 (baseline)" if a.get("baseline") else str(t.number)
+        label = "0 (baseline)" if rec.baseline else str(t.number)
         print(
             f"| {label} | {util} | {p.get('max_num_batched_tokens', '8192 (default)')} | "
             f"{p.get('block_size', '16 (default)')} | {p.get('cpu_swap_space_gb', 0)} | "
-            f"{f['percentiles_ms']['ttft_p50']:.1f} | {f['percentiles_ms']['ttft_p90']:.1f} | "
-            f"{f['output_throughput']:.1f} | {m['prefix_hit_rate']:.1%} | {m['host_hit_rate']:.1%} | "
-            f"{a['kv_tokens']:,} | {est.kv_tokens:,} ({(est.kv_tokens - a['kv_tokens']) / a['kv_tokens']:+.1%}) | "
-            f"{max(mem['gpu_used_peak']) / 2**30:.1f} | {mem['rss_peak'] / 2**30:.1f} | {a['timings_s']['startup']:.0f} |"
+            f"{f.metric('ttft_p50'):.1f} | {f.metric('ttft_p90'):.1f} | "
+            f"{f.output_throughput:.1f} | {m.prefix_hit_rate:.1%} | {m.host_hit_rate:.1%} | "
+            f"{kv:,} | {est.kv_tokens:,} ({(est.kv_tokens - kv) / kv:+.1%}) | "
+            f"{max(mem['gpu_used_peak']) / 2**30:.1f} | {mem['rss_peak'] / 2**30:.1f} | {rec.startup_s:.0f} |"
         )
     cmp = json.loads((results / "compare-call" / "compare.json").read_text())
     print()

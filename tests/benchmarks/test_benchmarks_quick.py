@@ -87,11 +87,15 @@ def test_search_efficiency_quick_measures_a_grid_and_replays_samplers(tmp_path: 
         assert entry["ttft_p90"]["n"] == 2 and _positive(entry["ttft_p90"]["mean"])
     sim = r["simulation"]
     assert sim["budget"] == 8 and sim["seeds"] == 3
+    # Every study measures the baseline first, as `autotune run` does (the grid's enqueued points
+    # after it): after one trial, the configuration the tool would export is the baseline.
+    baseline_regret = sim["baseline_ttft_p90_ms"] / sim["optimum"]["ttft_p90_ms"] - 1
     for name in ("tpe", "random", "grid"):
         s = sim["samplers"][name]
         assert len(s["trials_to_within"]) == 3
         assert all(t is None or 1 <= t <= 8 for t in s["trials_to_within"])
         assert len(s["median_regret_by_budget"]) == 8
+        assert s["median_regret_by_budget"][0] == pytest.approx(baseline_regret)
         assert all(x is None or x >= 0 for x in s["median_regret_by_budget"])
     # The grid visits every configuration within the budget; the optimum is among them.
     assert sim["samplers"]["grid"]["share_reached"] > 0
