@@ -3,6 +3,9 @@
 Protocol: one JSON object per line on stdin, ``{"argv": [...]}``; one per line on stdout,
 ``{"ok": true, "args": {dest: value}}`` or ``{"ok": false, "error": "..."}``. Importing vLLM
 takes seconds, so one worker checks every command of a study in milliseconds each.
+
+It is started by its file path, so it imports only the standard library and vLLM: the Python
+that runs vLLM need not have autotune installed, and nothing else is looked up on its path.
 """
 
 from __future__ import annotations

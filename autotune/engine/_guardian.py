@@ -5,9 +5,22 @@ with a pipe on stdin that only autotune holds. The guardian becomes a child subr
 engine-core processes, orphaned when the API server dies, come to it instead of to init), starts
 vLLM in its group and then:
 
-- when vLLM exits, it stops whatever vLLM left behind and exits with vLLM's status;
+- when vLLM exits, it stops whatever vLLM left behind and leaves with vLLM's status (below);
 - when the pipe reaches end-of-file -- autotune exited, even by SIGKILL or the OOM killer --
-  it SIGTERMs the group, waits, SIGKILLs what is left, and exits.
+  it SIGTERMs the group, waits, SIGKILLs what is left, and exits 137.
+
+Exit status: the guardian's status *is* vLLM's, as ``subprocess`` reports it. vLLM exited with
+code N: the guardian exits N. vLLM was killed by signal S: the guardian kills itself with S
+(core dumps off), so its parent sees ``returncode == -S``; only if S cannot kill it (never the
+case for a signal that killed vLLM) does it exit 128 + S, the shell's convention.
+
+It never lets the interpreter shut down normally: the thread watching the pipe may be inside a
+read, and finalising Python then aborts with ``Fatal Python error: _enter_buffered_busy: could not
+acquire lock for <_io.BufferedReader name='<stdin>'>`` (status -6, which hid vLLM's own). The pipe
+is read with ``os.read`` on the raw descriptor and every way out is ``os._exit``.
+
+vLLM is started with ``PYTHONSAFEPATH=1`` whatever the environment says, so neither it nor the
+processes it spawns (they inherit the environment) put the working directory on ``sys.path``.
 
 SIGTERM from autotune (sent to the whole group) is for vLLM: the guardian ignores it and waits.
 Standard library only: it must start fast and import nothing of autotune.
@@ -18,13 +31,18 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import resource
 import signal
 import subprocess
 import sys
 import threading
 import time
+from typing import NoReturn
 
 PR_SET_CHILD_SUBREAPER = 36
+ORPHANED_EXIT = 137  # autotune is gone; nobody reads this status
+
+_leaving = threading.Lock()  # one way out: vLLM's exit or the pipe's end-of-file, whichever is first
 
 
 def _members() -> list[int]:
@@ -39,7 +57,9 @@ def _members() -> list[int]:
                 fields = fh.read().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        ppid, group = int(fields[1]), int(fields[2])
+        state, ppid, group = fields[0], int(fields[1]), int(fields[2])
+        if state == "Z" and ppid != me:
+            continue  # a zombie someone else will reap
         if group == pgid or ppid == me:
             found.append(int(entry))
     return found
@@ -55,6 +75,7 @@ def _stop_everything(grace_s: float) -> None:
     for pid in _members():
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
+    time.sleep(0.05)
     _reap()
 
 
@@ -64,31 +85,67 @@ def _reap() -> None:
             pass
 
 
-def main() -> None:
+def _leave_with(returncode: int) -> NoReturn:
+    """Exit with ``returncode`` as ``subprocess`` reports it: N >= 0 an exit code, -S a signal."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    if returncode < 0:
+        sig = -returncode
+        with contextlib.suppress(Exception):
+            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # SIGSEGV/SIGABRT: no core file of ours
+        with contextlib.suppress(Exception):  # SIGKILL and SIGSTOP have no handler to reset
+            signal.signal(sig, signal.SIG_DFL)
+        with contextlib.suppress(Exception):
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {sig})
+            signal.raise_signal(sig)
+        os._exit(128 + sig)
+    os._exit(returncode & 0xFF)
+
+
+def _watch_parent() -> None:
+    """Block on the pipe from autotune; at its end-of-file, stop everything and exit."""
+    while True:
+        try:
+            if not os.read(0, 4096):
+                break
+        except InterruptedError:
+            continue
+        except OSError:
+            break
+    _leaving.acquire()  # vLLM's exit is being handled: that path exits, this one waits for it
+    _stop_everything(grace_s=5.0)
+    os._exit(ORPHANED_EXIT)
+
+
+def _child_setup() -> None:
+    # The guardian ignores SIGTERM and SIGINT; ignored signals survive exec, vLLM must get them.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def main() -> NoReturn:
     argv = sys.argv[sys.argv.index("--") + 1 :]
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # autotune's group SIGTERM is for vLLM
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     with contextlib.suppress(Exception):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1)
-    child = subprocess.Popen(
-        argv, stdin=subprocess.DEVNULL, preexec_fn=lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    )
-
-    def watch_parent() -> None:
-        with contextlib.suppress(OSError):
-            while sys.stdin.buffer.read(4096):
-                pass
-        # End of file: autotune is gone. Nothing may outlive it.
-        _stop_everything(grace_s=5.0)
-        os._exit(137)
-
-    threading.Thread(target=watch_parent, daemon=True).start()
-    code = child.wait()
+    env = {**os.environ, "PYTHONSAFEPATH": "1"}
+    try:
+        child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, env=env, preexec_fn=_child_setup)
+    except OSError as exc:
+        print(f"autotune guardian: cannot start {argv[:1]}: {exc}", file=sys.stderr, flush=True)
+        _leave_with(127)
+    threading.Thread(target=_watch_parent, name="watch-parent", daemon=True).start()
+    while True:
+        try:
+            returncode = child.wait()
+            break
+        except InterruptedError:
+            continue
+    _leaving.acquire()
     _stop_everything(grace_s=3.0)
-    if code < 0:  # killed by a signal: die of the same one, so autotune sees what vLLM saw
-        signal.signal(-code, signal.SIG_DFL)
-        os.kill(os.getpid(), -code)
-    sys.exit(code)
+    _leave_with(returncode)
 
 
 if __name__ == "__main__":

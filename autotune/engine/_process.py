@@ -1,4 +1,13 @@
-"""One vLLM server process per trial: start, wait for health, stop the whole process group."""
+"""One vLLM server process per trial: start, wait for health, stop the whole process group.
+
+vLLM runs under a guardian (``_guardian.py``) that leads its process group, so that nothing
+outlives autotune; the guardian's exit status is vLLM's (an exit code, or ``-S`` when a signal S
+killed it), which the failure messages spell out. Neither runs code from the working directory:
+the guardian and every Python below it run with ``PYTHONSAFEPATH=1`` (see :func:`safe_python_env`;
+Python >= 3.11 honours it, and a script such as the guardian never had the working directory on
+its path anyway, only its own folder). After the group is gone, the shared-memory files its processes
+left in ``/dev/shm`` and nobody maps any more are removed (see ``_shm.clean_new_shm``).
+"""
 
 from __future__ import annotations
 
@@ -10,6 +19,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
 
@@ -23,12 +33,14 @@ from autotune.engine._logscan import (
     KvCapacity,
     classify_failure,
     failure_evidence,
+    failure_excerpt,
     parse_kv_capacity,
 )
+from autotune.engine._shm import DEFAULT_ENGINE_SHM_PATTERNS, SHM_DIR, CleanReport, ShmSnapshot, clean_new_shm
 from autotune.errors import EngineCrashed, EngineError, EngineStartError
 from autotune.space import RenderedConfig
 
-__all__ = ["EngineProcess", "free_port", "port_is_free"]
+__all__ = ["EngineProcess", "describe_exit", "free_port", "port_is_free", "safe_python_env"]
 
 log = logging.getLogger(__name__)
 
@@ -49,20 +61,68 @@ def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
         return True
 
 
+def safe_python_env(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` for a Python child that must not import from the working directory.
+
+    ``python -m`` and ``python -c`` put the working directory first on ``sys.path``, so a
+    ``secrets.py`` or ``json.py`` lying there would run inside vLLM. ``PYTHONSAFEPATH=1``
+    (Python >= 3.11, inherited by the processes vLLM spawns) stops that; empty and ``.`` entries
+    of ``PYTHONPATH`` mean the working directory too (``PYTHONPATH=:/x`` from ``$PYTHONPATH:/x``),
+    so they are dropped.
+    """
+    safe = {**env, "PYTHONSAFEPATH": "1"}
+    if "PYTHONPATH" in safe:
+        kept = [p for p in safe["PYTHONPATH"].split(os.pathsep) if p not in ("", ".")]
+        if kept:
+            safe["PYTHONPATH"] = os.pathsep.join(kept)
+        else:
+            del safe["PYTHONPATH"]
+    return safe
+
+
+def describe_exit(returncode: int) -> str:
+    """``exited with code 1`` or ``was killed by SIGKILL``, from a ``subprocess`` return code."""
+    if returncode >= 0:
+        return f"exited with code {returncode}"
+    try:
+        return f"was killed by {signal.Signals(-returncode).name}"
+    except ValueError:
+        return f"was killed by signal {-returncode}"
+
+
 _GUARDIAN = Path(__file__).with_name("_guardian.py")
 
 
 class EngineProcess:
-    """A vLLM server for one trial. Use as a context manager; ``stop()`` is idempotent."""
+    """A vLLM server for one trial. Use as a context manager; ``stop()`` is idempotent.
+
+    ``startup_stop_grace_s``: how long ``stop()`` waits after SIGTERM before SIGKILL while vLLM
+    is still starting (nothing to drain yet; a Ctrl-C during a start should not wait
+    ``spec.stop_timeout_s``). ``shm_patterns``: files in ``shm_dir`` that this engine may leave
+    besides :data:`DEFAULT_ENGINE_SHM_PATTERNS` (a profile's host pool, e.g. ``cpu_kv_cache_*``).
+    """
 
     def __init__(
-        self, spec: LaunchSpec, rendered: RenderedConfig, log_path: Path, *, port: int | None = None
+        self,
+        spec: LaunchSpec,
+        rendered: RenderedConfig,
+        log_path: Path,
+        *,
+        port: int | None = None,
+        startup_stop_grace_s: float = 3.0,
+        shm_patterns: Iterable[str] = (),
+        shm_dir: Path = SHM_DIR,
     ):
         self.spec = spec
         self.rendered = rendered
         self.log_path = Path(log_path)
         self.port = port or free_port(spec.host)
         self.argv = build_argv(spec, rendered, self.port)
+        self.startup_stop_grace_s = startup_stop_grace_s
+        self.shm_patterns = (*DEFAULT_ENGINE_SHM_PATTERNS, *shm_patterns)
+        self.shm_dir = Path(shm_dir)
+        self.shm_report: CleanReport | None = None  # what stop() removed from shm_dir
+        self._shm_before: ShmSnapshot | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self._pgid: int | None = None
         self.started_at: float | None = None
@@ -85,12 +145,13 @@ class EngineProcess:
         with self.log_path.open("wb") as logf:
             logf.write(("$ " + " ".join(self.argv) + "\n").encode())
             logf.flush()
+            self._shm_before = ShmSnapshot.take(self.shm_dir)
             self._proc = subprocess.Popen(
-                [sys.executable, str(_GUARDIAN), "--", *self.argv],
+                [sys.executable, str(_GUARDIAN), "--", *self.argv],  # safe path: by the environment
                 stdout=logf,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.PIPE,  # held open by us only: its end-of-file tells the guardian we died
-                env=self.spec.process_env(self.rendered),
+                env=safe_python_env(self.spec.process_env(self.rendered)),
                 start_new_session=True,
             )
         self._pgid = self._proc.pid
@@ -123,15 +184,15 @@ class EngineProcess:
         text = self.log_text()
         failure = classify_failure(text, exit_code=code, timed_out=timed_out)
         why = (
-            f"not healthy after {self.spec.startup_timeout_s:.0f} s"
-            if timed_out
-            else f"exited with code {code} before it was healthy"
+            f"was not healthy after {self.spec.startup_timeout_s:.0f} s"
+            if code is None
+            else f"{describe_exit(code)} before it was healthy"
         )
         evidence = failure_evidence(text)
         raise EngineStartError(
             f"vLLM {why} ({failure.value}{': ' + evidence if evidence else ''}); log: {self.log_path}",
             failure=failure.value,
-            log_tail=self.log_tail(),
+            log_tail=failure_excerpt(text),
             log_path=str(self.log_path),
         )
 
@@ -145,10 +206,10 @@ class EngineProcess:
             failure = classify_failure(text, exit_code=code)
             evidence = failure_evidence(text)
             raise EngineCrashed(
-                f"vLLM died during the run with exit code {code} "
+                f"vLLM {describe_exit(code)} during the run "
                 f"({failure.value}{': ' + evidence if evidence else ''}); log: {self.log_path}",
                 failure=failure.value,
-                log_tail=self.log_tail(),
+                log_tail=failure_excerpt(text),
                 log_path=str(self.log_path),
             )
 
@@ -156,16 +217,30 @@ class EngineProcess:
         return self._proc is not None and self._proc.poll() is None
 
     def stop(self) -> None:
-        """SIGTERM the process group, SIGKILL what is left, and wait until the port is free."""
+        """SIGTERM the process group, SIGKILL what is left, wait until the port is free, and remove
+        the shared-memory files the engine left that no live process maps.
+
+        The grace between the two signals is ``spec.stop_timeout_s`` for a healthy engine (it may
+        be finishing requests) and ``startup_stop_grace_s`` for one still starting up.
+        """
         if self._proc is None or self._pgid is None:
             return
         members = self._group_members()
+        starting = self.ready_at is None
+        grace = self.startup_stop_grace_s if starting else self.spec.stop_timeout_s
+        if self._proc.poll() is None:
+            log.info(
+                "stopping vLLM (pid %s%s): SIGTERM, SIGKILL in %g s",
+                self._proc.pid,
+                ", starting up" if starting else "",
+                grace,
+            )
         self._signal_group(signal.SIGTERM)
         try:
-            self._proc.wait(timeout=self.spec.stop_timeout_s)
+            self._proc.wait(timeout=grace)
         except subprocess.TimeoutExpired:
-            log.warning(
-                "engine pid %s ignored SIGTERM for %.0f s; killing", self._proc.pid, self.spec.stop_timeout_s
+            (log.info if starting else log.warning)(
+                "vLLM (pid %s) still running %g s after SIGTERM; killing its group", self._proc.pid, grace
             )
         self._signal_group(signal.SIGKILL)
         for p in members:  # children that left the group (setsid) are still ours
@@ -180,8 +255,17 @@ class EngineProcess:
         if self._proc.stdin is not None:
             with contextlib.suppress(OSError):
                 self._proc.stdin.close()
+        self._clean_shm()
         _reaper.unregister(self)
         self._pgid = None
+
+    def _clean_shm(self) -> None:
+        if self._shm_before is None:
+            return
+        try:
+            self.shm_report = clean_new_shm(self._shm_before, self.shm_patterns)
+        except OSError as exc:  # never let hygiene hide the trial's own outcome
+            log.warning("could not clean %s after vLLM stopped: %s", self.shm_dir, exc)
 
     def _group_members(self) -> list[psutil.Process]:
         assert self._proc is not None

@@ -1,9 +1,18 @@
-"""Shared-memory hygiene: remove host-pool files that crashed engines left in /dev/shm.
+"""Shared-memory hygiene: remove files that crashed or killed engines left in /dev/shm.
 
 vllm-ascend's CPUOffloadingConnector keeps its KV pool in ``/dev/shm/cpu_kv_cache_*`` and
 leaves the files behind when its process is killed; vLLM's native offload can leave
 ``vllm_offload_*.mmap`` if it dies while starting. Left alone they hold host memory (tmpfs)
-until reboot, and the next trial's pool may not fit.
+until reboot, and the next trial's pool may not fit. Every vLLM leaves more when it is killed
+(SIGKILL of its group, seen with the CPU build 0.32): Python's ``multiprocessing.shared_memory``
+segments ``psm_*`` (vLLM's shm_broadcast message queues, torch tensors shared between processes;
+160-240 MiB each) and POSIX semaphores ``sem.mp-*``, which their resource tracker would have
+removed at a clean exit.
+
+:class:`ShmSnapshot` records the directory's entries before an engine starts;
+:func:`clean_new_shm` then removes only entries that appeared since, match the engine patterns
+and belong to this user -- what the engine's processes made, not another program's memory that
+happens to be unmapped for a moment.
 
 :func:`clean_stale_shm` removes such files, but never one that a live process still maps or
 holds open: every readable ``/proc/PID/maps`` and ``/proc/PID/fd/*`` is checked, by device and
@@ -17,16 +26,28 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import stat
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["CleanReport", "OpenFiles", "clean_stale_shm", "open_files"]
+__all__ = [
+    "DEFAULT_ENGINE_SHM_PATTERNS",
+    "CleanReport",
+    "OpenFiles",
+    "ShmSnapshot",
+    "clean_new_shm",
+    "clean_stale_shm",
+    "open_files",
+]
 
 log = logging.getLogger(__name__)
 
 SHM_DIR = Path("/dev/shm")
 _PROC = Path("/proc")
+# What any vLLM's processes may leave when killed: multiprocessing.shared_memory segments (Python's
+# default name prefix is "psm_"), multiprocessing's POSIX semaphores ("sem.mp-"), vLLM's own files.
+DEFAULT_ENGINE_SHM_PATTERNS: tuple[str, ...] = ("psm_*", "sem.mp-*", "vllm*")
 
 
 @dataclass(frozen=True)
@@ -106,6 +127,57 @@ def open_files(proc_root: Path = _PROC) -> OpenFiles:
     return OpenFiles(frozenset(inodes), frozenset(paths), frozenset(blind))
 
 
+@dataclass(frozen=True)
+class ShmSnapshot:
+    """The entries of a shared-memory directory at one moment, as (name, inode)."""
+
+    shm_dir: Path
+    entries: frozenset[tuple[str, int]]
+
+    @classmethod
+    def take(cls, shm_dir: Path = SHM_DIR) -> ShmSnapshot:
+        entries: set[tuple[str, int]] = set()
+        with contextlib.suppress(OSError), os.scandir(shm_dir) as it:
+            for entry in it:
+                with contextlib.suppress(OSError):
+                    entries.add((entry.name, entry.inode()))
+        return cls(Path(shm_dir), frozenset(entries))
+
+    def new_entries(self, patterns: Iterable[str]) -> list[Path]:
+        """Regular files of this user matching ``patterns`` that were not here (same name and
+        inode) when the snapshot was taken. tmpfs reuses inode numbers, so a file removed and
+        made again under the same name may look old: it is then left, never wrongly removed."""
+        uid = os.geteuid()
+        found: set[Path] = set()
+        for pattern in patterns:
+            for path in self.shm_dir.glob(pattern):
+                try:
+                    st = path.lstat()
+                except OSError:
+                    continue
+                new = (path.name, st.st_ino) not in self.entries
+                if new and st.st_uid == uid and stat.S_ISREG(st.st_mode):
+                    found.add(path)
+        return sorted(found)
+
+
+def clean_new_shm(
+    before: ShmSnapshot,
+    patterns: Iterable[str] = DEFAULT_ENGINE_SHM_PATTERNS,
+    *,
+    proc_root: Path = _PROC,
+    dry_run: bool = False,
+) -> CleanReport:
+    """Remove the files matching ``patterns`` that appeared in ``before.shm_dir`` since ``before``
+    was taken and that no live process maps or holds open (see :func:`clean_stale_shm`).
+
+    Call it after the engine's whole process group is gone (``EngineProcess.stop`` does). A
+    segment of a concurrent engine is mapped by it and stays; what this cannot tell apart is a
+    file another program of the same user created meanwhile and keeps by name only, unmapped.
+    """
+    return _remove_unheld(before.new_entries(patterns), before.shm_dir, proc_root, dry_run)
+
+
 def clean_stale_shm(
     pattern: str | Iterable[str] = "cpu_kv_cache_*",
     shm_dir: Path = SHM_DIR,
@@ -121,6 +193,10 @@ def clean_stale_shm(
     """
     patterns = [pattern] if isinstance(pattern, str) else list(pattern)
     candidates = sorted({p for pat in patterns for p in Path(shm_dir).glob(pat)})
+    return _remove_unheld(candidates, Path(shm_dir), proc_root, dry_run)
+
+
+def _remove_unheld(candidates: list[Path], shm_dir: Path, proc_root: Path, dry_run: bool) -> CleanReport:
     if not candidates:
         return CleanReport()
     held = open_files(proc_root)

@@ -1,7 +1,8 @@
 """Stale host-pool files are removed; a file a live process maps or holds open never is.
 
 Real child processes create and hold files (in a temporary directory passed as ``shm_dir``,
-never the real /dev/shm), as vllm-ascend's CPUOffloadingConnector does with cpu_kv_cache_*.
+never the real /dev/shm), as vllm-ascend's CPUOffloadingConnector does with cpu_kv_cache_*, and
+as any vLLM's processes do with psm_* and sem.mp-* (left behind when the group is SIGKILLed).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from autotune.engine import clean_stale_shm
+from autotune.engine._shm import ShmSnapshot, clean_new_shm
 
 # Creates the file, then keeps it by a mapping only (fd closed) or by an open fd only.
 HOLDER = r"""
@@ -116,3 +118,23 @@ def test_a_directory_matching_the_pattern_is_left_alone(tmp_path: Path) -> None:
     report = clean_stale_shm(shm_dir=tmp_path)
     assert report.removed == () and [p.name for p, _ in report.skipped] == ["cpu_kv_cache_dir"]
     assert (tmp_path / "cpu_kv_cache_dir").is_dir()
+
+
+def test_only_files_made_since_the_snapshot_go_and_a_held_one_stays(
+    tmp_path: Path, holders: list[subprocess.Popen[str]]
+) -> None:
+    before_engine = _stale(tmp_path / "psm_aaaa0001")  # someone's, from before: not ours to judge
+    snapshot = ShmSnapshot.take(tmp_path)
+
+    left = _stale(tmp_path / "psm_bbbb0001")  # a killed engine's segment
+    sem = _stale(tmp_path / "sem.mp-x1y2z3")
+    unrelated = _stale(tmp_path / "cpu_kv_cache_0_0_a")  # not in the patterns asked for
+    held = tmp_path / "vllm_pool_live"
+    _hold(holders, held, "mmap")  # a live engine's pool
+
+    assert clean_new_shm(snapshot, dry_run=True).removed == (left, sem)
+    report = clean_new_shm(snapshot)
+
+    assert report.removed == (left, sem)
+    assert report.kept_in_use == (held,)
+    assert sorted(tmp_path.iterdir()) == sorted([before_engine, unrelated, held])
