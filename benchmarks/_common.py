@@ -169,7 +169,7 @@ def environment() -> dict[str, Any]:
     """Date, commit, machine, engine build and the exact command: the header of every result."""
     dirty = bool(_git("status", "--porcelain", "--untracked-files=no"))
     return {
-        "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "commit": _git("rev-parse", "--short", "HEAD") + (" (+ uncommitted changes)" if dirty else ""),
         "machine": {
             "logical_cpus": os.cpu_count(),

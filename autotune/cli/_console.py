@@ -20,15 +20,28 @@ def verbose() -> bool:
     return _state["verbose"]
 
 
+def _not_optuna(record: logging.LogRecord) -> bool:
+    """Optuna reports an interrupted trial as a warning with the whole traceback; the CLI says it in
+    one line instead (the study's log keeps Optuna's record)."""
+    return not record.name.startswith("optuna")
+
+
 def setup_logging(is_verbose: bool) -> None:
+    import optuna
+
     _state["verbose"] = is_verbose
     root = logging.getLogger()
     root.setLevel(logging.DEBUG if is_verbose else logging.INFO)
     handler = logging.StreamHandler(sys.stderr)
     handler.setLevel(logging.DEBUG if is_verbose else logging.WARNING)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    if not is_verbose:
+        handler.addFilter(_not_optuna)
     root.handlers[:] = [handler]
-    for noisy in ("httpx", "httpcore", "optuna"):
+    optuna.logging.disable_default_handler()  # its records reach our handlers (and study.log) instead
+    optuna.logging.enable_propagation()
+    logging.getLogger("optuna").setLevel(logging.INFO)
+    for noisy in ("httpx", "httpcore"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 

@@ -252,6 +252,7 @@ def _dry_run(setup: TuningSetup, plan: BaselinePlan, samples: int, seed: int, ac
     for pname, reason in setup.space.unsupported.items():
         out.print(f"# not tuned with profile {setup.profile.name}: {pname}: {reason}")
     checked = setup.checker() is not None
+    formats = {n: q.format for n, q in setup.space.parameters.items() if q.format}
     for p in previews:
         verdict = (
             f"REJECTED by vLLM's parser: {p.parser_error}"
@@ -259,7 +260,7 @@ def _dry_run(setup: TuningSetup, plan: BaselinePlan, samples: int, seed: int, ac
             else ("accepted by vLLM's parser" if checked else "not checked (--no-check-args)")
         )
         fit = "fits" if not p.fit_reasons else "does not fit: " + "; ".join(p.fit_reasons)
-        out.print(f"\n# {p.label}: {fmt_params(p.params)}")
+        out.print(f"\n# {p.label}: {fmt_params(p.params, formats)}")
         out.print(f"# {verdict}; memory: {fit if setup.guard is not None else 'not checked'}")
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in p.env.items())
         out.print((env + " " if env else "") + " ".join(shlex.quote(a) for a in p.argv), soft_wrap=True)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -161,7 +161,7 @@ def synth_prefix_repeat_cmd(
     _write(records, out, model)
 
 
-class ImportFormat(str, Enum):
+class ImportFormat(StrEnum):
     sharegpt = "sharegpt"
     bench_jsonl = "bench-jsonl"
     openai_log = "openai-log"

@@ -5,11 +5,19 @@
 
 from __future__ import annotations
 
-from autotune.engine._argcheck import ArgCheck, VllmArgChecker
+from autotune.engine._argcheck import ArgCheck, VllmArgChecker, checker_env
 from autotune.engine._launch import CPU_LAUNCHER, GPU_LAUNCHER, LaunchSpec, build_argv, parse_engine_args
-from autotune.engine._logscan import FailureClass, KvCapacity, classify_failure, parse_kv_capacity
+from autotune.engine._logscan import (
+    FailureClass,
+    KvCapacity,
+    classify_failure,
+    failure_evidence,
+    failure_excerpt,
+    parse_kv_capacity,
+    root_cause_line,
+)
 from autotune.engine._platform import Build, default_launcher, installed_build, installed_engine
-from autotune.engine._process import EngineProcess, free_port, port_is_free
+from autotune.engine._process import EngineProcess, describe_exit, free_port, port_is_free, safe_python_env
 from autotune.engine._profiles import (
     EngineProfile,
     InstalledEngine,
@@ -22,12 +30,19 @@ from autotune.engine._profiles import (
 )
 from autotune.engine._reaper import install_signal_handlers, live_count, stop_all
 from autotune.engine._seam import ArgChecker, Engine
-from autotune.engine._shm import CleanReport, clean_stale_shm
+from autotune.engine._shm import (
+    DEFAULT_ENGINE_SHM_PATTERNS,
+    CleanReport,
+    ShmSnapshot,
+    clean_new_shm,
+    clean_stale_shm,
+)
 from autotune.engine._sizing import EngineSizing, parse_size, sizing_from_argv
 from autotune.engine._vllm import VLLM, VllmEngine
 
 __all__ = [
     "CPU_LAUNCHER",
+    "DEFAULT_ENGINE_SHM_PATTERNS",
     "GPU_LAUNCHER",
     "VLLM",
     "ArgCheck",
@@ -42,15 +57,21 @@ __all__ = [
     "InstalledEngine",
     "KvCapacity",
     "LaunchSpec",
+    "ShmSnapshot",
     "VllmArgChecker",
     "VllmEngine",
     "build_argv",
     "build_profile",
+    "checker_env",
     "classify_failure",
+    "clean_new_shm",
     "clean_stale_shm",
     "default_launcher",
     "default_space_path",
+    "describe_exit",
     "detect_profile",
+    "failure_evidence",
+    "failure_excerpt",
     "free_port",
     "install_signal_handlers",
     "installed_build",
@@ -61,6 +82,8 @@ __all__ = [
     "parse_size",
     "port_is_free",
     "preview_profile",
+    "root_cause_line",
+    "safe_python_env",
     "select_profile",
     "sizing_from_argv",
     "stop_all",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 
 __all__ = [
     "FailureClass",
@@ -21,7 +21,7 @@ _KV_RE = re.compile(r"(?P<dev>GPU|CPU|XPU|NPU|TPU)(?: \+ host)? KV cache size: (
 _CONC_RE = re.compile(r"Maximum concurrency for (?P<len>[\d,]+) tokens per request: (?P<conc>[\d.,]+)x")
 
 
-class FailureClass(str, Enum):
+class FailureClass(StrEnum):
     """Why a trial's engine did not serve. Values are stored in study records."""
 
     BAD_FLAG = "bad_flag"

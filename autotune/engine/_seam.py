@@ -67,7 +67,16 @@ class Engine(Protocol):
 
     def argv(self, spec: LaunchSpec, rendered: RenderedConfig, port: int) -> list[str]: ...
 
-    def process(self, spec: LaunchSpec, rendered: RenderedConfig, log_path: Path) -> EngineProcess: ...
+    def process(
+        self,
+        spec: LaunchSpec,
+        rendered: RenderedConfig,
+        log_path: Path,
+        *,
+        shm_patterns: tuple[str, ...] = (),
+    ) -> EngineProcess:
+        """The engine for one configuration; ``shm_patterns``: /dev/shm files its profile's pool leaves."""
+        ...
 
     def arg_checker(self) -> ArgChecker: ...
 

@@ -53,8 +53,15 @@ class VllmEngine:
     def argv(self, spec: LaunchSpec, rendered: RenderedConfig, port: int) -> list[str]:
         return build_argv(spec, rendered, port)
 
-    def process(self, spec: LaunchSpec, rendered: RenderedConfig, log_path: Path) -> EngineProcess:
-        return EngineProcess(spec, rendered, log_path)
+    def process(
+        self,
+        spec: LaunchSpec,
+        rendered: RenderedConfig,
+        log_path: Path,
+        *,
+        shm_patterns: tuple[str, ...] = (),
+    ) -> EngineProcess:
+        return EngineProcess(spec, rendered, log_path, shm_patterns=shm_patterns)
 
     def arg_checker(self) -> VllmArgChecker:
         return VllmArgChecker()

@@ -51,7 +51,7 @@ def _canonical(argv: Sequence[str]) -> Counter[tuple[str, str | None]]:
 def _header(study: optuna.Study, best: optuna.trial.FrozenTrial, rec: TrialRecord) -> list[str]:
     metric = study.user_attrs.get("objective", "objective")
     lines = [
-        f"vLLM configuration exported by vllm-autotune on {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M UTC}",
+        f"vLLM configuration exported by vllm-autotune on {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M UTC}",
         f"study {study.study_name!r}, trial {best.number}"
         + (" (the baseline was best)" if rec.baseline else "")
         + (f"; engine {rec.engine}" if rec.engine else ""),

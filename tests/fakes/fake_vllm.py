@@ -13,6 +13,12 @@ Faults, from the environment:
   FAKE_SPAWN_CHILD=1        start a child process that would outlive a naive kill
   FAKE_OOM_BLOCK_SIZE=B     fail start with an out-of-memory error when --block-size is B
   FAKE_REQUIRE_KEY=1        require VLLM_API_KEY as a bearer token on /v1/*
+  FAKE_CHECK_LENGTH=1       answer HTTP 400 with vLLM's error body when prompt words + max_tokens
+                            exceed --max-model-len (vLLM checks this per request, after start-up)
+  FAKE_TTFT_S=S             a fixed time to first token (e.g. 0 for replayer load tests)
+
+It accepts a deep backlog of connections (the replayer opens up to 1024 at once) and answers a
+request with ``max_tokens: 1`` in one chunk, so a replay of 100,000 tiny requests is cheap.
 """
 
 from __future__ import annotations
@@ -69,15 +75,36 @@ class _State:
         self.itl_s = 0.001
         if not args.enable_prefix_caching:
             self.ttft_s += 0.004
+        if os.environ.get("FAKE_TTFT_S"):
+            self.ttft_s = float(os.environ["FAKE_TTFT_S"])
+
+
+def _too_long(prompt_tokens: int, max_tokens: int, max_model_len: int) -> dict[str, object]:
+    """vLLM's 400 body for a request that does not fit (the shape of vLLM >= 0.10's ErrorResponse)."""
+    message = (
+        f"'max_tokens' or 'max_completion_tokens' is too large: {max_tokens}. This model's maximum "
+        f"context length is {max_model_len} tokens and your request has {prompt_tokens} input tokens "
+        f"({max_tokens} > {max_model_len} - {prompt_tokens}). None"
+    )
+    return {"error": {"message": message, "type": "BadRequestError", "param": None, "code": 400}}
 
 
 def _make_handler(state: _State):
-    key = os.environ.get("VLLM_API_KEY") if os.environ.get("FAKE_REQUIRE_KEY") else None
+    # FAKE_REQUIRE_KEY=1: the key vLLM was given (VLLM_API_KEY), or FAKE_EXPECTED_KEY when it was given none
+    key = (
+        (os.environ.get("VLLM_API_KEY") or os.environ.get("FAKE_EXPECTED_KEY"))
+        if os.environ.get("FAKE_REQUIRE_KEY")
+        else None
+    )
     crash_after = int(os.environ.get("FAKE_CRASH_AFTER", "0") or 0)
+    check_length = bool(os.environ.get("FAKE_CHECK_LENGTH"))
     model_name = state.args.model or state.args.model_tag
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        # each SSE chunk is its own small write: without TCP_NODELAY, Nagle's algorithm and the
+        # client's delayed ACK hold every response for ~40 ms
+        disable_nagle_algorithm = True
 
         def log_message(self, fmt: str, *a: object) -> None:
             pass
@@ -127,6 +154,10 @@ def _make_handler(state: _State):
             chat = self.path.endswith("/chat/completions")
             prompt = json.dumps(body.get("messages")) if chat else str(body.get("prompt", ""))
             words = prompt.split()
+            max_tokens = int(body.get("max_tokens") or 16)
+            if check_length and len(words) + max_tokens > state.args.max_model_len:
+                self._json(400, _too_long(len(words), max_tokens, state.args.max_model_len))
+                return
             bs_words = max(1, state.args.block_size // 4)
             hit = 0
             with state.lock:
@@ -138,13 +169,13 @@ def _make_handler(state: _State):
                 state.queries += len(words)
                 state.hits += hit
                 state.prompt_tokens += len(words)
-            max_tokens = int(body.get("max_tokens") or 16)
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Transfer-Encoding", "chunked")
             self.end_headers()
             ttft = state.ttft_s * (1.0 - 0.5 * hit / max(len(words), 1))
-            time.sleep(ttft)
+            if ttft > 0:
+                time.sleep(ttft)
             with state.lock:
                 state.ttft_sum += ttft
                 state.gen_tokens += max_tokens
@@ -171,6 +202,11 @@ def _make_handler(state: _State):
     return Handler
 
 
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 4096  # listen backlog (5 by default: a burst of connections would be refused)
+
+
 def main() -> None:
     args = _parse()
     print(f"INFO fake vLLM starting: model={args.model or args.model_tag} pid={os.getpid()}", flush=True)
@@ -194,8 +230,7 @@ def main() -> None:
         f"{args.max_model_len:,} tokens per request: {tokens / args.max_model_len:.2f}x",
         flush=True,
     )
-    server = ThreadingHTTPServer((args.host, args.port), _make_handler(_State(args)))
-    server.daemon_threads = True
+    server = _Server((args.host, args.port), _make_handler(_State(args)))
     print("INFO:     Application startup complete.", flush=True)
     server.serve_forever()
 
