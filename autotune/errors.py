@@ -11,10 +11,12 @@
     │   ├── EngineCrashed          vLLM died after it was healthy (mid-run)
     │   └── EngineArgsError        the rendered command is rejected by vLLM's own argument parser
     ├── StorageError               the study storage could not be opened or used
+    ├── StudyBusyError             the study is already being run on this host (exit 6)
     └── ExportError                no trial to export, or the export could not be written
 
-Exit codes (``autotune run``; the nightly command adds its own): 0 done, 1 other error, 2 bad
-input or usage, 5 no baseline could be measured, 130 interrupted.
+Exit codes: 0 done, 1 other error, 2 bad input or usage, 5 no baseline could be measured
+(``run``), 6 the study is already running on this host, 130 interrupted. ``autotune nightly``
+adds 3 (a regression) and 4 (nothing feasible).
 
 Expected trial outcomes (out of memory, a bad flag combination, a start-up timeout) are
 converted into data by the study loop: the trial is recorded as failed or infeasible with
@@ -24,7 +26,9 @@ its reason. Programming errors are not caught.
 from __future__ import annotations
 
 __all__ = [
+    "EXIT_NOTHING_FEASIBLE",
     "EXIT_NO_BASELINE",
+    "EXIT_REGRESSION",
     "AutotuneError",
     "ConfigError",
     "EngineArgsError",
@@ -34,10 +38,13 @@ __all__ = [
     "ExportError",
     "SearchSpaceError",
     "StorageError",
+    "StudyBusyError",
     "WorkloadError",
 ]
 
 
+EXIT_REGRESSION = 3
+EXIT_NOTHING_FEASIBLE = 4
 EXIT_NO_BASELINE = 5
 
 
@@ -87,6 +94,10 @@ class EngineArgsError(EngineError):
 
 class StorageError(AutotuneError):
     pass
+
+
+class StudyBusyError(AutotuneError):
+    exit_code = 6
 
 
 class ExportError(AutotuneError):

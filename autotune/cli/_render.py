@@ -13,10 +13,9 @@ import optuna
 from rich.table import Table
 
 from autotune.study import TrialRecord, TrialReport, read_record
+from autotune.tuning import FORMATS_ATTR
 
-__all__ = ["fmt_params", "fmt_value", "study_table", "trial_line"]
-
-FORMATS_ATTR = "param_formats"  # study attr: parameter -> its space's value format ("{}M")
+__all__ = ["FORMATS_ATTR", "fmt_params", "fmt_value", "study_table", "trial_line"]
 
 
 def fmt_value(metric: str, value: float | None) -> str:

@@ -15,8 +15,16 @@ from autotune.cli import _options as o
 from autotune.cli._console import console, log_to_file, out
 from autotune.cli._render import FORMATS_ATTR, fmt_params, fmt_value, study_table, trial_line
 from autotune.errors import EXIT_NO_BASELINE
-from autotune.study import TrialReport, baseline_trial, ensure_baseline, redact_url, run_study
-from autotune.tuning import BaselinePlan, TuningSetup, build_setup, check_study_name, plan_baseline
+from autotune.study import TrialReport, baseline_trial, redact_url, run_study
+from autotune.tuning import (
+    BaselinePlan,
+    StudyLock,
+    TuningSetup,
+    build_setup,
+    check_study_name,
+    open_study,
+    plan_baseline,
+)
 
 # typer needs Optional[...] at runtime on Python 3.10
 # ruff: noqa: UP045
@@ -114,57 +122,46 @@ def run(
             raise typer.Exit(_dry_run(setup, plan, dry_run_samples, seed, accept_reference))
         name = check_study_name(study or f"{workload.stem}-{setup.space.name}")
         setup.check_fixed_flags()
-        st, sdir = _open_study(setup, name, storage, studies_dir, seed, plan)
-        evaluator = setup.evaluator(sdir)
-        _run_trials(st, setup, evaluator, n_trials, timeout)
-        console.print(study_table(st, setup.objective.metric))
-        if baseline_trial(st) is None:
-            console.print(
-                "[red]no baseline was measured[/red]: the study cannot say what it gained over vLLM's defaults "
-                "(look at the baseline trial's log)"
-            )
-        _confirm_and_export(
-            st, setup, evaluator, confirm_rounds, min_improvement, out_path or sdir / "best.yaml"
-        )
+        with StudyLock(studies_dir, name):  # a second run of this study on this host refuses
+            st, sdir = open_and_announce(setup, name, storage, studies_dir, seed, plan)
+            evaluator = setup.evaluator(sdir)
+            _run_trials(st, setup, evaluator, n_trials, timeout)
+            console.print(study_table(st, setup.objective.metric))
+            if baseline_trial(st) is None:
+                console.print(
+                    "[red]no baseline was measured[/red]: the study cannot say what it gained over vLLM's "
+                    "defaults (look at the baseline trial's log)"
+                )
+            target = out_path or sdir / "best.yaml"
+            _confirm_and_export(st, setup, evaluator, confirm_rounds, min_improvement, target)
         if baseline_trial(st) is None:
             raise typer.Exit(EXIT_NO_BASELINE)
 
 
-def _open_study(
+def open_and_announce(
     setup: TuningSetup, name: str, storage: str | None, studies_dir: Path, seed: int, plan: BaselinePlan
 ) -> tuple[optuna.Study, Path]:
-    from autotune.study import load_or_create, resolve_storage_url
-
-    url = resolve_storage_url(storage, name, studies_dir)  # a refused URL fails before anything is written
-    sdir = studies_dir / name
-    sdir.mkdir(parents=True, exist_ok=True)
-    log_to_file(sdir / "study.log")
-    st = load_or_create(url, name, setup.objective, seed)
-    previous = st.user_attrs.get("engine_profile")
-    if previous and previous != setup.profile.name:
+    """Open the study (see :func:`autotune.tuning.open_study`) and say what this run starts from."""
+    opened = open_study(setup, name, storage, studies_dir, seed, plan)
+    log_to_file(opened.directory / "study.log")
+    st = opened.study
+    if opened.previous_profile:
         console.print(
-            f"[yellow]study {name} ran with profile {previous}; this run uses {setup.profile.name}[/yellow]"
+            f"[yellow]study {name} ran with profile {opened.previous_profile}; this run uses {setup.profile.name}[/yellow]"
         )
-    st.set_user_attr("engine_profile", setup.profile.name)
-    st.set_user_attr(FORMATS_ATTR, {n: p.format for n, p in setup.space.parameters.items() if p.format})
     for pname, reason in setup.space.unsupported.items():
         console.print(f"[dim]not tuned with profile {setup.profile.name}: {pname}: {reason}[/dim]")
-    if setup.profile.shm_patterns:
-        from autotune.engine import clean_stale_shm
-
-        report = clean_stale_shm(setup.profile.shm_patterns)
-        if report.removed:
-            console.print(report.summary())
-    done = [t for t in st.get_trials(deepcopy=False) if t.state.is_finished()]
+    if opened.shm_cleaned is not None and opened.shm_cleaned.removed:
+        console.print(opened.shm_cleaned.summary())
     console.print(
-        f"study [bold]{name}[/bold] in {redact_url(url)} | {setup.engine_label} | space {setup.space_path} | "
+        f"study [bold]{name}[/bold] in {redact_url(opened.url)} | {setup.engine_label} | space {setup.space_path} | "
         f"workload {setup.choices.workload} ({len(setup.workload)} requests, {setup.arrival.describe()}) | "
         f"objective {setup.objective.direction} {setup.objective.metric}"
     )
-    if done:
+    if opened.finished_before:
         base = baseline_trial(st)
         console.print(
-            f"resuming: {len(done)} trial(s) already finished; baseline "
+            f"resuming: {opened.finished_before} trial(s) already finished; baseline "
             + (f"measured (trial #{base.number})" if base else "not measured yet: it runs first")
         )
     if not plan.defaults_fit:
@@ -174,8 +171,7 @@ def _open_study(
             console.print(f"[yellow]baseline: {plan.describe()} (the smallest change that fits)[/yellow]")
         else:
             console.print("[red]no runnable reference in the space: the study will have no baseline[/red]")
-    ensure_baseline(st, dict(plan.reference) if plan.reference is not None else None)
-    return st, sdir
+    return st, opened.directory
 
 
 def _run_trials(

@@ -23,6 +23,7 @@ from autotune.study._runner import (
     best_feasible,
     ensure_baseline,
     load_or_create,
+    render_reference,
     run_study,
     suggest_values,
 )
@@ -49,6 +50,7 @@ __all__ = [
     "parse_slo",
     "read_record",
     "redact_url",
+    "render_reference",
     "resolve_storage_url",
     "run_study",
     "suggest_values",

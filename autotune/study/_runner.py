@@ -36,6 +36,7 @@ __all__ = [
     "best_feasible",
     "ensure_baseline",
     "load_or_create",
+    "render_reference",
     "run_study",
     "suggest_values",
 ]
@@ -120,6 +121,11 @@ def best_feasible(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
     return best
 
 
+def render_reference(space: SearchSpace, reference: Mapping[str, Any] | None) -> RenderedConfig:
+    """The baseline's flags: none (vLLM's defaults), or the study's runnable reference."""
+    return render_values(space, dict(reference)) if reference else RenderedConfig(args=())
+
+
 def ensure_baseline(study: optuna.Study, reference: Mapping[str, Any] | None = None) -> bool:
     """Enqueue the baseline unless the study has a measured one or one waiting (True: enqueued).
 
@@ -189,16 +195,22 @@ def run_study(
     space: SearchSpace,
     evaluator: Evaluator,
     objective: Objective,
-    n_trials: int,
+    n_trials: int | None,
     timeout_s: float | None = None,
     on_trial_start: Callable[[int, bool, Mapping[str, Any]], None] | None = None,
     on_trial_done: Callable[[TrialReport], None] | None = None,
     reuse_duplicates: bool = True,
+    trial_attrs: Mapping[str, Any] | None = None,
+    should_stop: Callable[[], bool] | None = None,
 ) -> optuna.Study:
-    """Run ``n_trials`` more trials; a study without a measured baseline measures it first."""
+    """Run ``n_trials`` more trials (None: until ``timeout_s`` or ``should_stop``); a study without a
+    measured baseline measures it first. ``trial_attrs`` are stored on every trial run now (the
+    nightly command tags its night); ``should_stop`` is asked after each trial."""
     ensure_baseline(study)
 
     def objective_fn(trial: optuna.Trial) -> float:
+        for key, val in (trial_attrs or {}).items():
+            trial.set_user_attr(key, val)
         is_baseline = bool(trial.user_attrs.get(BASELINE_ATTR))
         reference = study.user_attrs.get(REFERENCE_ATTR) if is_baseline else None
         values = dict(reference or {}) if is_baseline else suggest_values(trial, space)
@@ -250,6 +262,8 @@ def run_study(
         return value
 
     def callback(st: optuna.Study, frozen: optuna.trial.FrozenTrial) -> None:
+        if should_stop is not None and should_stop():
+            st.stop()
         if on_trial_done is None:
             return
         best = best_feasible(st)

@@ -153,4 +153,5 @@ def significant_gain(
         disjoint = max(sign * v for v in b) < min(sign * v for v in a)
         ok = ok and disjoint
         why += ", ranges do not overlap" if disjoint else ", ranges overlap"
-    return ok, f"{metric}: median {med_a:.4g} -> {med_b:.4g} ({gain:+.1%} better), {why}"
+    moved = f"{gain:.1%} better" if gain >= 0 else f"{-gain:.1%} worse"
+    return ok, f"{metric}: median {med_a:.4g} -> {med_b:.4g} ({moved}), {why}"

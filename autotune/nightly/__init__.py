@@ -1,0 +1,20 @@
+"""Nightly tuning: re-measure what is deployed, warm-start the search, promote only a proven
+gain, flag regressions against tonight's own noise, and keep one record per night."""
+
+from __future__ import annotations
+
+from autotune.nightly._fingerprint import describe_changes, fingerprints
+from autotune.nightly._history import NIGHT_ATTR, NightRecord, last_night, nights, save_night
+from autotune.nightly._night import NightOptions, run_night
+
+__all__ = [
+    "NIGHT_ATTR",
+    "NightOptions",
+    "NightRecord",
+    "describe_changes",
+    "fingerprints",
+    "last_night",
+    "nights",
+    "run_night",
+    "save_night",
+]

@@ -1,0 +1,88 @@
+"""What a night ran on, so that a change in its figures can be explained: the environment (engine,
+GPUs, model, tool, space, fixed flags) and the workload (size, lengths, reuse, arrivals)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from autotune import __version__
+from autotune.memory import read_machine_facts
+from autotune.tuning import TuningSetup
+from autotune.workload import inspect_workload
+
+__all__ = ["describe_changes", "fingerprints"]
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
+def _model_hash(model: str) -> str | None:
+    path = Path(model) / "config.json"
+    try:
+        return _sha(path.read_bytes())
+    except OSError:
+        return None
+
+
+def environment_fingerprint(setup: TuningSetup) -> dict[str, Any]:
+    inst = setup.engine.installed()
+    facts = read_machine_facts()
+    space_text = setup.space_path.read_bytes() if setup.space_path.exists() else b""
+    return {
+        "engine": inst.describe(),
+        "gpus": [g.name for g in facts.gpus],
+        "gpu_memory_gib": [round(g.total / 2**30, 1) for g in facts.gpus],
+        "host_memory_gib": round(facts.host_total / 2**30, 1),
+        "model": setup.choices.model,
+        "model_config": _model_hash(setup.choices.model),
+        "tool": __version__,
+        "space": _sha(space_text),
+        "fixed_flags": " ".join(setup.fixed_argv),
+    }
+
+
+def workload_fingerprint(setup: TuningSetup) -> dict[str, Any]:
+    block = 128 if setup.platform == "cpu" else 16
+    rep = inspect_workload(setup.workload, block_size=block)
+    return {
+        "requests": rep.requests,
+        "sessions": rep.sessions,
+        "prompt_p50": rep.prompt_tokens.p50,
+        "prompt_p90": rep.prompt_tokens.p90,
+        "output_p50": rep.output_tokens.p50,
+        "prefix_reuse": round(rep.prefix_reuse, 3),
+        "working_set_tokens": rep.working_set_tokens,
+        "arrival_rate": round(rep.mean_rate, 3) if rep.mean_rate else None,
+        "arrivals": setup.arrival.describe(),
+        "file_sha": _sha(Path(setup.workload.path).read_bytes()),
+    }
+
+
+def fingerprints(setup: TuningSetup) -> dict[str, dict[str, Any]]:
+    return {"environment": environment_fingerprint(setup), "workload": workload_fingerprint(setup)}
+
+
+def _close(a: Any, b: Any) -> bool:
+    if isinstance(a, int | float) and isinstance(b, int | float) and not isinstance(a, bool):
+        return abs(a - b) <= 0.05 * max(abs(a), abs(b), 1e-9)  # lengths and rates: within 5%
+    return bool(a == b)
+
+
+def describe_changes(
+    previous: Mapping[str, Mapping[str, Any]] | None, current: Mapping[str, Mapping[str, Any]]
+) -> list[str]:
+    """``environment.engine: vllm 0.26.0 -> vllm 0.32.0``, one line per fingerprint that moved."""
+    if not previous:
+        return []
+    out = []
+    for group, values in current.items():
+        before = previous.get(group) or {}
+        for key, value in values.items():
+            if key in before and not _close(before[key], value):
+                out.append(f"{group}.{key}: {json.dumps(before[key])} -> {json.dumps(value)}")
+    return out

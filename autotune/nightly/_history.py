@@ -1,0 +1,89 @@
+"""Night records, kept in the study's own storage (one study attribute per night), so every
+worker, report and later night reads the same history, on SQLite or PostgreSQL."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+import optuna
+
+__all__ = ["NIGHT_ATTR", "NightRecord", "last_night", "nights", "save_night"]
+
+NIGHT_ATTR = "night"  # trial attr: the night that ran it
+_PREFIX = "night:"
+
+
+@dataclass(frozen=True)
+class NightRecord:
+    number: int
+    date: str
+    fingerprints: dict[str, dict[str, Any]]
+    changes: list[str]
+    metric: str
+    baseline_figure: dict[str, Any] | None  # median, low, high, runs of tonight's baseline
+    incumbent_label: str
+    incumbent_args: list[str] | None  # the deployed configuration's tuned flags (after tonight)
+    incumbent_env: dict[str, str]
+    incumbent_params: dict[str, Any] | None
+    incumbent_figure: dict[str, Any] | None
+    noise_band: float
+    regression: bool
+    regression_reason: str
+    decision: str  # promoted | kept | nothing_feasible
+    reason: str
+    promoted_trial: int | None
+    trials: int
+    top_params: list[dict[str, Any]] = field(default_factory=list)
+    duration_s: float = 0.0
+    budget_s: float = 0.0
+    export: str | None = None
+    report: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> NightRecord:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in known})
+
+    def summary(self) -> str:
+        """One paragraph for stdout and the cron mail."""
+        inc = self.incumbent_figure
+        base = self.baseline_figure
+        parts = [
+            f"Night {self.number} ({self.date}), {self.metric}:",
+            f"{self.incumbent_label} {_fig(inc)}, baseline {_fig(base)}, noise band {self.noise_band:.1%}.",
+            ("REGRESSION: " if self.regression else "No regression: ") + self.regression_reason + ".",
+            f"{self.trials} new trial(s) in {self.duration_s / 60:.1f} of {self.budget_s / 60:.1f} min.",
+        ]
+        if self.decision == "promoted":
+            parts.append(f"Promoted trial #{self.promoted_trial} ({self.reason}); wrote {self.export}.")
+        elif self.decision == "kept":
+            parts.append(f"Kept the incumbent: {self.reason}.")
+        else:
+            parts.append(f"Nothing feasible: {self.reason}.")
+        if self.changes:
+            parts.append("Changed since the last night: " + "; ".join(self.changes) + ".")
+        return " ".join(parts)
+
+
+def _fig(f: dict[str, Any] | None) -> str:
+    if not f:
+        return "not measured"
+    return f"{f['median']:.4g} [{f['low']:.4g}-{f['high']:.4g}]"
+
+
+def nights(study: optuna.Study) -> list[NightRecord]:
+    out = [NightRecord.from_dict(v) for k, v in study.user_attrs.items() if k.startswith(_PREFIX)]
+    return sorted(out, key=lambda n: n.number)
+
+
+def last_night(study: optuna.Study) -> NightRecord | None:
+    found = nights(study)
+    return found[-1] if found else None
+
+
+def save_night(study: optuna.Study, record: NightRecord) -> None:
+    study.set_user_attr(f"{_PREFIX}{record.number:04d}", record.as_dict())
