@@ -16,6 +16,9 @@ Faults, from the environment:
   FAKE_CHECK_LENGTH=1       answer HTTP 400 with vLLM's error body when prompt words + max_tokens
                             exceed --max-model-len (vLLM checks this per request, after start-up)
   FAKE_TTFT_S=S             a fixed time to first token (e.g. 0 for replayer load tests)
+  FAKE_TTFT_SCALE=X         multiply the modelled time to first token (so it dominates the HTTP overhead)
+  FAKE_RESTART_JITTER=CV    each start draws a factor N(1, CV) for its time to first token
+A --kv-cache-memory-bytes below 16M triples the time to first token (a starved KV pool).
 
 It accepts a deep backlog of connections (the replayer opens up to 1024 at once) and answers a
 request with ``max_tokens: 1`` in one chunk, so a replay of 100,000 tiny requests is cheap.
@@ -26,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -75,6 +79,12 @@ class _State:
         self.itl_s = 0.001
         if not args.enable_prefix_caching:
             self.ttft_s += 0.004
+        if _size_bytes(args.kv_cache_memory_bytes) < 16 * 2**20:  # a starved KV pool: prefixes evicted
+            self.ttft_s *= 3.0
+        self.ttft_s *= float(os.environ.get("FAKE_TTFT_SCALE") or 1.0)
+        jitter = float(os.environ.get("FAKE_RESTART_JITTER") or 0.0)
+        if jitter:  # run-to-run noise of a restarted server (CV), as a real engine shows
+            self.ttft_s *= max(0.2, random.SystemRandom().gauss(1.0, jitter))
         if os.environ.get("FAKE_TTFT_S"):
             self.ttft_s = float(os.environ["FAKE_TTFT_S"])
 
@@ -87,6 +97,13 @@ def _too_long(prompt_tokens: int, max_tokens: int, max_model_len: int) -> dict[s
         f"({max_tokens} > {max_model_len} - {prompt_tokens}). None"
     )
     return {"error": {"message": message, "type": "BadRequestError", "param": None, "code": 400}}
+
+
+def _size_bytes(text: str) -> int:
+    """vLLM's sizes: 64M = 64 MiB, 1G = 1 GiB, a plain number = bytes."""
+    units = {"K": 2**10, "M": 2**20, "G": 2**30}
+    text = str(text).strip()
+    return int(float(text[:-1]) * units[text[-1]]) if text[-1:] in units else int(float(text))
 
 
 def _make_handler(state: _State):
