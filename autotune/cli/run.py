@@ -125,7 +125,9 @@ def run(
         with StudyLock(studies_dir, name):  # a second run of this study on this host refuses
             st, sdir = open_and_announce(setup, name, storage, studies_dir, seed, plan)
             evaluator = setup.evaluator(sdir)
-            _run_trials(st, setup, evaluator, n_trials, timeout)
+            todo = _trials_to_run(st, n_trials, total_trials)
+            if todo:
+                _run_trials(st, setup, evaluator, todo, timeout)
             console.print(study_table(st, setup.objective.metric))
             if baseline_trial(st) is None:
                 console.print(
@@ -172,6 +174,18 @@ def open_and_announce(
         else:
             console.print("[red]no runnable reference in the space: the study will have no baseline[/red]")
     return st, opened.directory
+
+
+def _trials_to_run(st: optuna.Study, n_trials: int, total_trials: int | None) -> int:
+    if total_trials is None:
+        return n_trials
+    finished = sum(t.state.is_finished() for t in st.get_trials(deepcopy=False))
+    todo = max(total_trials - finished, 0)
+    console.print(
+        f"--total-trials {total_trials}: the study has {finished} finished trial(s), "
+        + (f"running {todo} more" if todo else "nothing left to run")
+    )
+    return todo
 
 
 def _run_trials(
