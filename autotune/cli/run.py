@@ -45,8 +45,16 @@ def run(
     studies_dir: o.StudiesDir = Path("studies"),
     n_trials: Annotated[
         int,
-        typer.Option(min=1, help="Trials to run now (this many more when resuming), the baseline included."),
+        typer.Option(min=1, help="Trials to run now, the baseline included: this many MORE when resuming."),
     ] = 10,
+    total_trials: Annotated[
+        Optional[int],
+        typer.Option(
+            min=1,
+            help="Instead of --n-trials: run until the study has this many finished trials in all "
+            "(re-running the same command after an interruption then finishes the job, no more).",
+        ),
+    ] = None,
     timeout: Annotated[
         Optional[float], typer.Option(help="Stop starting new trials after this many seconds.")
     ] = None,
