@@ -38,6 +38,9 @@ def setup_logging(is_verbose: bool) -> None:
     if not is_verbose:
         handler.addFilter(_not_optuna)
     root.handlers[:] = [handler]
+    import warnings
+
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)  # heartbeats
     optuna.logging.disable_default_handler()  # its records reach our handlers (and study.log) instead
     optuna.logging.enable_propagation()
     logging.getLogger("optuna").setLevel(logging.INFO)

@@ -15,7 +15,7 @@ from autotune.cli import _options as o
 from autotune.cli._console import console, log_to_file, out
 from autotune.cli._render import FORMATS_ATTR, fmt_params, fmt_value, study_table, trial_line
 from autotune.errors import EXIT_NO_BASELINE
-from autotune.study import TrialReport, baseline_trial, redact_url, run_study
+from autotune.study import PendingJournal, TrialReport, baseline_trial, redact_url, run_study
 from autotune.tuning import (
     BaselinePlan,
     StudyLock,
@@ -161,6 +161,8 @@ def open_and_announce(
         )
     for pname, reason in setup.space.unsupported.items():
         console.print(f"[dim]not tuned with profile {setup.profile.name}: {pname}: {reason}[/dim]")
+    if opened.recovered:
+        console.print(f"recovered {opened.recovered} measured trial(s) that a storage fault had kept locally")
     if opened.shm_cleaned is not None and opened.shm_cleaned.removed:
         console.print(opened.shm_cleaned.summary())
     console.print(
@@ -222,6 +224,7 @@ def _run_trials(
         timeout_s=timeout,
         on_trial_start=on_start,
         on_trial_done=on_done,
+        journal=PendingJournal(Path(evaluator.log_dir)),
     )
 
 

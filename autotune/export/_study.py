@@ -17,7 +17,7 @@ import optuna
 from autotune.errors import ExportError
 from autotune.export._yaml import ExportedConfig, build_export, config_to_argv, typed_value, write_export
 from autotune.space import flag_pairs
-from autotune.study import TrialRecord, baseline_trial, best_feasible, read_record
+from autotune.study import TrialRecord, baseline_trial, best_feasible, failure_summary, read_record
 
 __all__ = ["export_best", "measured_engine_argv"]
 
@@ -96,8 +96,7 @@ def export_best(
     best = trial or best_feasible(study)
     if best is None:
         raise ExportError(
-            f"study {study.study_name!r} has no feasible trial to export "
-            "(fix: look at the trial logs, widen the search space or relax --slo/--min-throughput-ratio)"
+            f"study {study.study_name!r} has no feasible trial to export: {failure_summary(study) or 'no trial'}"
         )
     rec = read_record(best)
     if not rec.command:

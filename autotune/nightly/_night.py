@@ -33,6 +33,7 @@ from autotune.nightly._history import NIGHT_ATTR, NightRecord, last_night, save_
 from autotune.space import RenderedConfig
 from autotune.study import (
     REFERENCE_ATTR,
+    PendingJournal,
     TrialRecord,
     TrialReport,
     constraints_hold,
@@ -199,7 +200,9 @@ def run_night(
 
     def should_stop() -> bool:
         if repeats["n"] >= 5:
-            log.info("night %d: the sampler proposed measured configurations 5 times in a row: search ends", number)
+            log.info(
+                "night %d: the sampler proposed measured configurations 5 times in a row: search ends", number
+            )
             return True
         return clock.elapsed() + clock.per_run() + 2 * options.rounds * clock.per_run() > options.budget_s
 
@@ -226,6 +229,7 @@ def run_night(
             on_trial_done=on_trial,
             reuse_duplicates=not changes,
             trial_attrs={NIGHT_ATTR: number},
+            journal=PendingJournal(sdir),
             should_stop=should_stop,
         )
         searched = len(study.trials) - before

@@ -3,6 +3,7 @@ or a subprocess, and never imports ``engine`` or ``bench``."""
 
 from __future__ import annotations
 
+from autotune.study._journal import PendingJournal, storage_fault
 from autotune.study._objective import Objective, parse_slo
 from autotune.study._record import (
     BASELINE_ATTR,
@@ -22,6 +23,7 @@ from autotune.study._runner import (
     baseline_trial,
     best_feasible,
     ensure_baseline,
+    failure_summary,
     load_or_create,
     render_reference,
     run_study,
@@ -38,6 +40,7 @@ __all__ = [
     "Figures",
     "Metrics",
     "Objective",
+    "PendingJournal",
     "TrialRecord",
     "TrialReport",
     "TrialStatus",
@@ -45,6 +48,7 @@ __all__ = [
     "best_feasible",
     "constraints_hold",
     "ensure_baseline",
+    "failure_summary",
     "load_or_create",
     "open_storage",
     "parse_slo",
@@ -53,6 +57,7 @@ __all__ = [
     "render_reference",
     "resolve_storage_url",
     "run_study",
+    "storage_fault",
     "suggest_values",
     "write_record",
 ]

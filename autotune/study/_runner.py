@@ -18,6 +18,7 @@ import optuna
 
 from autotune.errors import StorageError
 from autotune.space import Parameter, RenderedConfig, SearchSpace, describe_values, render_values
+from autotune.study._journal import PendingJournal, storage_fault
 from autotune.study._objective import Objective
 from autotune.study._record import (
     BASELINE_ATTR,
@@ -35,6 +36,7 @@ __all__ = [
     "baseline_trial",
     "best_feasible",
     "ensure_baseline",
+    "failure_summary",
     "load_or_create",
     "render_reference",
     "run_study",
@@ -106,6 +108,29 @@ def _measured_twin(
     for t in _completed(study):
         if t.number != number and t.params == dict(values) and not t.user_attrs.get(BASELINE_ATTR):
             return t
+    return None
+
+
+def _refused_by(study: optuna.Study, values: Mapping[str, Any]) -> tuple[int, str] | None:
+    """(trial, values) when the engine refused a configuration for a value this one shares.
+
+    A trial that failed with ``bad_flag`` (the engine's parser or its start-up refused a value)
+    names as culprits its parameter values that no measured trial ever had; a configuration
+    holding all of them is refused too, without a launch (block size 7 on the CPU build)."""
+    measured: set[tuple[str, str]] = set()
+    refused: list[tuple[int, set[tuple[str, str]]]] = []
+    for t in _completed(study):
+        rec = read_record(t)
+        pairs = {(k, repr(v)) for k, v in t.params.items()}
+        if rec.ok:
+            measured |= pairs
+        elif rec.failure == "bad_flag" and rec.duplicate_of is None:
+            refused.append((t.number, pairs))
+    mine = {(k, repr(v)) for k, v in values.items()}
+    for number, pairs in refused:
+        culprits = pairs - measured
+        if culprits and culprits <= mine:
+            return number, ", ".join(f"{k}={v}" for k, v in sorted(culprits))
     return None
 
 
@@ -202,6 +227,7 @@ def run_study(
     reuse_duplicates: bool = True,
     trial_attrs: Mapping[str, Any] | None = None,
     should_stop: Callable[[], bool] | None = None,
+    journal: PendingJournal | None = None,
 ) -> optuna.Study:
     """Run ``n_trials`` more trials (None: until ``timeout_s`` or ``should_stop``); a study without a
     measured baseline measures it first. ``trial_attrs`` are stored on every trial run now (the
@@ -234,7 +260,21 @@ def run_study(
                 twin.number,
             )
             return _reuse(trial, twin, is_baseline)
-        record = evaluator(trial.number, rendered)
+        refused = None if is_baseline else _refused_by(study, values)
+        if refused is not None:
+            log.info(
+                "trial %d: %s was refused by the engine in trial %d: not launched",
+                trial.number,
+                refused[1],
+                refused[0],
+            )
+            record = TrialRecord(
+                status=TrialStatus.INFEASIBLE,
+                failure="bad_flag",
+                reason=f"{refused[1]} was refused by the engine in trial {refused[0]}: not launched again",
+            )
+        else:
+            record = evaluator(trial.number, rendered)
         baseline_tput = None if is_baseline else _baseline_throughput(study)
         constraints = objective.constraints(
             record.figures.as_dict() if record.figures else None,
@@ -251,17 +291,22 @@ def run_study(
             constraints=tuple(constraints),
             constraint_names=tuple(names),
         )
-        write_record(trial, record)
-        for cname, cvalue in zip(names, constraints, strict=True):
-            trial.set_constraint(cname, cvalue)  # the sampler learns the infeasible region from these
         value = objective.penalty()
         if record.figures is not None:
             measured = record.figures.get(objective.metric)
             if measured is not None and not math.isnan(measured):
                 value = measured
+        if journal is not None:  # kept locally until the storage has it (a full disk loses nothing)
+            attrs = {**trial.user_attrs, **record.to_attrs()}
+            journal.save(trial, value, attrs, dict(zip(names, constraints, strict=True)))
+        write_record(trial, record)
+        for cname, cvalue in zip(names, constraints, strict=True):
+            trial.set_constraint(cname, cvalue)  # the sampler learns the infeasible region from these
         return value
 
     def callback(st: optuna.Study, frozen: optuna.trial.FrozenTrial) -> None:
+        if journal is not None:
+            journal.discard(frozen.number)  # the storage holds it now
         if should_stop is not None and should_stop():
             st.stop()
         if on_trial_done is None:
@@ -280,5 +325,55 @@ def run_study(
             )
         )
 
-    study.optimize(objective_fn, n_trials=n_trials, timeout=timeout_s, callbacks=[callback])
+    try:
+        study.optimize(objective_fn, n_trials=n_trials, timeout=timeout_s, callbacks=[callback])
+    except Exception as exc:
+        cause = storage_fault(exc)
+        if cause is None:
+            raise
+        kept = (
+            f"; the measurement is kept in {journal.directory} and added on the next run" if journal else ""
+        )
+        raise StorageError(f"the study storage failed while recording a trial: {cause}{kept}") from exc
     return study
+
+
+def failure_summary(study: optuna.Study) -> str | None:
+    """Why the study has no feasible trial, from the dominant reason, with the fix that reason needs
+    (None when a trial is feasible)."""
+    if best_feasible(study) is not None:
+        return None
+    classes: dict[str, int] = {}
+    requests: dict[str, int] = {}
+    trials = [read_record(t) for t in _completed(study) if t.user_attrs.get("status")]
+    for rec in trials:
+        if rec.ok and rec.figures is not None and rec.figures.failed:
+            classes["failed_requests"] = classes.get("failed_requests", 0) + 1
+            for why, n in rec.figures.failures.items():
+                requests[why] = requests.get(why, 0) + n
+        elif not rec.ok:
+            key = rec.failure or "failed"
+            classes[key] = classes.get(key, 0) + 1
+            if rec.failure == "no_success" and rec.figures is not None:
+                for why, n in rec.figures.failures.items():
+                    requests[why] = requests.get(why, 0) + n
+        else:
+            classes["constraints"] = classes.get("constraints", 0) + 1
+    if not classes:
+        return "no trial finished"
+    top, count = max(classes.items(), key=lambda kv: kv[1])
+    fixes = {
+        "failed_requests": "the server refused requests of the workload, whatever the configuration (fix: the "
+        "workload or --max-model-len, not the search space)",
+        "no_success": "no request succeeded (fix: the workload, the API key or --max-model-len, not the search space)",
+        "does_not_fit": "configurations do not fit this machine's memory (fix: smaller KV or offload settings, a "
+        "lower --max-model-len, or --host-share)",
+        "bad_flag": "the engine refused the flags (fix: the fixed --engine-arg flags or the space's values)",
+        "out_of_memory": "the engine ran out of memory at start (fix: a lower gpu-memory-utilization or KV size)",
+        "constraints": "trials ran but missed a constraint (fix: relax --slo / --min-throughput-ratio or widen the space)",
+    }
+    line = f"{count} of {len(trials)} trials: {fixes.get(top, top + ' (fix: look at the trial logs)')}"
+    if requests and top in ("failed_requests", "no_success"):
+        reason, n = max(requests.items(), key=lambda kv: kv[1])
+        line += f"; most failed requests ({n}): {reason}"
+    return line

@@ -24,7 +24,7 @@ _SECRET_QUERY_KEYS = {"password", "passwd", "pwd", "sslpassword"}
 def redact_url(url: str) -> str:
     try:
         parsed = make_url(url)
-    except ArgumentError:
+    except (ArgumentError, ValueError):
         return "<unparseable storage URL>"
     query = {k: ("***" if k.lower() in _SECRET_QUERY_KEYS else v) for k, v in parsed.query.items()}
     return parsed.set(query=query).render_as_string(hide_password=True)
@@ -35,11 +35,11 @@ def resolve_storage_url(storage: str | None, study_name: str, studies_dir: Path)
     if storage:
         try:
             url = make_url(storage)
-        except ArgumentError as exc:
+        except (ArgumentError, ValueError) as exc:  # ValueError: a port that is not a number
             raise StorageError(
-                f"--storage: {storage!r} is not a SQLAlchemy URL (fix: e.g. sqlite:///studies/x.db or "
-                "postgresql+psycopg://user@host/db)"
-            ) from exc
+                f"--storage: {redact_url(storage)!r} is not a SQLAlchemy URL ({_first_line(exc)}) (fix: e.g. "
+                "sqlite:///studies/x.db or postgresql+psycopg://user@host:5432/db)"
+            ) from None
         if url.password or any(k.lower() in _SECRET_QUERY_KEYS for k in url.query):
             raise StorageError(
                 f"--storage: {redact_url(storage)} carries a password, which other users could read in argv "
@@ -53,13 +53,33 @@ def resolve_storage_url(storage: str | None, study_name: str, studies_dir: Path)
     return f"sqlite:///{(studies_dir / f'{study_name}.db').resolve()}"
 
 
-def open_storage(url: str, *, attempts: int = 3) -> optuna.storages.RDBStorage:
+# A trial's process sends a heartbeat; a RUNNING trial whose heartbeat stopped (the tool was killed,
+# the machine rebooted) becomes FAIL when a later run starts a trial, and its configuration is
+# retried once (Optuna's RetryHeartbeatStaleTrialCallback).
+HEARTBEAT_S = 20
+GRACE_S = 60
+
+
+def open_storage(
+    url: str, *, attempts: int = 3, heartbeat_s: int = HEARTBEAT_S, grace_s: int = GRACE_S
+) -> optuna.storages.RDBStorage:
+    try:
+        make_url(url)
+    except (ArgumentError, ValueError) as exc:
+        raise StorageError(f"storage {redact_url(url)}: not a SQLAlchemy URL ({_first_line(exc)})") from None
     kwargs: dict[str, object] = (
         {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {"pool_pre_ping": True}
     )
+    retry = optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=1)
     for attempt in range(1, attempts + 1):
         try:
-            return optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
+            return optuna.storages.RDBStorage(
+                url,
+                engine_kwargs=kwargs,
+                heartbeat_interval=heartbeat_s,
+                grace_period=grace_s,
+                heartbeat_stale_trial_callback=retry,
+            )
         except SQLAlchemyError as exc:
             # Several workers starting on a fresh database race to create Optuna's tables;
             # the loser sees a duplicate-key error and finds the tables there on the next try.

@@ -9,7 +9,13 @@ from pathlib import Path
 import optuna
 
 from autotune.engine import CleanReport, clean_stale_shm
-from autotune.study import baseline_trial, ensure_baseline, load_or_create, resolve_storage_url
+from autotune.study import (
+    PendingJournal,
+    baseline_trial,
+    ensure_baseline,
+    load_or_create,
+    resolve_storage_url,
+)
 from autotune.tuning._reference import BaselinePlan
 from autotune.tuning._setup import TuningSetup
 
@@ -27,6 +33,11 @@ class OpenedStudy:
     baseline_measured: bool
     previous_profile: str | None  # the profile an earlier run used, when it differs
     shm_cleaned: CleanReport | None
+    recovered: int = 0  # measurements a storage fault had kept in the local journal, now added
+
+    @property
+    def journal(self) -> PendingJournal:
+        return PendingJournal(self.directory)
 
 
 def study_directory(studies_dir: Path, name: str) -> Path:
@@ -49,6 +60,7 @@ def open_study(
     study.set_user_attr("engine_profile", setup.profile.name)
     study.set_user_attr(FORMATS_ATTR, {n: p.format for n, p in setup.space.parameters.items() if p.format})
     cleaned = clean_stale_shm(setup.profile.shm_patterns) if setup.profile.shm_patterns else None
+    recovered = PendingJournal(sdir).replay(study)
     finished = [t for t in study.get_trials(deepcopy=False) if t.state.is_finished()]
     ensure_baseline(study, dict(plan.reference) if plan.reference is not None else None)
     return OpenedStudy(
@@ -59,4 +71,5 @@ def open_study(
         baseline_measured=baseline_trial(study) is not None,
         previous_profile=previous if previous and previous != setup.profile.name else None,
         shm_cleaned=cleaned,
+        recovered=recovered,
     )

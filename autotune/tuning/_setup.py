@@ -26,6 +26,7 @@ from autotune.memory import read_machine_facts
 from autotune.space import FlagPairs, SearchSpace, apply_profile, flags_to_argv, load_search_space
 from autotune.study import Objective, parse_slo
 from autotune.tuning._evaluator import VllmEvaluator
+from autotune.tuning._fit_requests import check_request_sizes
 from autotune.tuning._memory_guard import MemoryGuard, clamp_space
 from autotune.tuning._model import check_model
 from autotune.workload import Workload, load_workload, sample_workload
@@ -223,6 +224,7 @@ def _build(choices: TuningChoices, engine: Engine) -> TuningSetup:
         metric=choices.objective, min_throughput_ratio=choices.min_throughput_ratio, slos_ms=slos
     )
     fixed = engine.parse_fixed_args(list(choices.engine_args))
+    wl = check_request_sizes(wl, choices.model, fixed, skip_bad_lines=choices.skip_bad_lines)
     arrival = choices.arrivals.spec_for(wl)
     launch = LaunchSpec(
         model=choices.model,
