@@ -13,6 +13,8 @@ import typer
 
 from autotune.cli import compare as _compare
 from autotune.cli import doctor as _doctor
+from autotune.cli import nightly as _nightly
+from autotune.cli import report as _report
 from autotune.cli import run as _run
 from autotune.cli import study as _study
 from autotune.cli import tiny_model as _tiny
@@ -43,8 +45,10 @@ def _main(
 
 app.command("run")(_run.run)
 app.command("compare")(_compare.compare)
+app.command("nightly")(_nightly.nightly)
 app.command("show")(_study.show)
 app.command("export")(_study.export)
+app.command("report")(_report.report)
 app.command("doctor")(_doctor.doctor)
 app.command("tiny-model")(_tiny.tiny_model)
 app.add_typer(workload_app, name="workload", help="Synthesize, import, inspect and validate workload files.")
