@@ -1,0 +1,72 @@
+"""``autotune report``: one self-contained HTML page of a study (reads the study, never writes to it)."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+from autotune.cli import _options as o
+from autotune.cli._console import out
+from autotune.cli.study import existing_study
+from autotune.errors import ExportError, WorkloadError
+
+# typer needs Optional[...] at runtime on Python 3.10
+# ruff: noqa: UP045
+
+__all__ = ["report"]
+
+
+def report(
+    study: Annotated[str, typer.Option(help="Study name.")],
+    storage: o.Storage = None,
+    studies_dir: o.StudiesDir = Path("studies"),
+    out_path: Annotated[
+        Optional[Path],
+        typer.Option("--out", "-o", help="HTML file to write. Default: STUDIES_DIR/STUDY/report.html."),
+    ] = None,
+    workload: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--workload",
+            "-w",
+            help="The study's workload file: adds its facts and draws its working set against KV capacity.",
+        ),
+    ] = None,
+) -> None:
+    """Write a study's report: summary, sortable trial table, objective over trials, TTFT vs
+    throughput, parameter importance, per-request latency distributions and memory. One HTML file
+    that opens offline."""
+    from autotune.report import write_study_report
+
+    st = existing_study(storage, study, studies_dir)
+    facts = _workload_facts(workload, st) if workload is not None else None
+    target = out_path or studies_dir / study / "report.html"
+    write_study_report(st, target, workload=facts, timings_dir=studies_dir / study)
+    out.print(f"wrote {target}")
+
+
+def _workload_facts(path: Path, st: Any) -> dict[str, Any]:
+    """``workload inspect``'s facts at the block size the best trial ran with (the model's tokenizer
+    when the study's model directory is here, else approximate word counts)."""
+    from autotune.export import measured_engine_argv
+    from autotune.space import flag_pairs
+    from autotune.study import baseline_trial, best_feasible, read_record
+    from autotune.workload import inspect_workload, load_tokenizer, load_workload
+
+    workload = load_workload(path, skip_bad_lines=True)
+    trial = best_feasible(st) or baseline_trial(st)
+    rec = read_record(trial) if trial is not None else None
+    block, tokenizer = None, None
+    if rec is not None and rec.command:
+        with contextlib.suppress(ExportError, ValueError):
+            model, flags = measured_engine_argv(rec.command)
+            block = next((int(v) for n, v in flag_pairs(flags) if n == "--block-size" and v), None)
+            if Path(model).is_dir():
+                with contextlib.suppress(WorkloadError):  # no tokenizer there: approximate words
+                    tokenizer = load_tokenizer(Path(model))
+    if block is None:
+        block = 128 if rec is not None and "cpu build" in (rec.engine or "") else 16
+    return inspect_workload(workload, block_size=block, tokenizer=tokenizer).as_dict()

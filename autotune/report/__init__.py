@@ -1,0 +1,13 @@
+"""Self-contained HTML reports: one per study, and an index across nightly runs.
+
+Each report is one file that opens offline (plotly.js embedded, no font or script from the
+network). Reads studies through :mod:`autotune.study`'s typed records and per-request timings
+through :mod:`autotune.tuning`; writes only the file it is asked to write.
+"""
+
+from __future__ import annotations
+
+from autotune.report._nightly import Night, write_nightly_index
+from autotune.report._study import render_study_report, write_study_report
+
+__all__ = ["Night", "render_study_report", "write_nightly_index", "write_study_report"]
