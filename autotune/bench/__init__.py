@@ -14,6 +14,7 @@ from autotune.bench._prometheus import (
 )
 from autotune.bench._replay import DEFAULT_MAX_IN_FLIGHT, ReplayResult, ReplayTarget, replay, warm_up
 from autotune.bench._timing import RequestTiming, ScheduleLag, schedule_lag
+from autotune.bench._transport import ShardedTransport, replay_client
 
 __all__ = [
     "DEFAULT_MAX_IN_FLIGHT",
@@ -27,12 +28,14 @@ __all__ = [
     "ReplayTarget",
     "RequestTiming",
     "ScheduleLag",
+    "ShardedTransport",
     "TrialFigures",
     "failure_counts",
     "meets_slos",
     "parse_metrics",
     "plan_offsets",
     "replay",
+    "replay_client",
     "schedule_lag",
     "scrape_metrics",
     "summarize",

@@ -8,7 +8,7 @@ from typing import Literal
 import numpy as np
 
 from autotune.errors import ConfigError
-from autotune.workload import Workload
+from autotune.workload import Workload, arrival_offsets
 
 __all__ = ["ArrivalSpec", "plan_offsets"]
 
@@ -66,9 +66,5 @@ def plan_offsets(first_turn_timestamps: list[float | None], spec: ArrivalSpec) -
             )
         ts = np.asarray(first_turn_timestamps, dtype=float)
         return (ts - ts.min()) / spec.speed if n else ts
-    rng = np.random.default_rng(spec.seed)
     assert spec.rate is not None
-    shape = 1.0 if spec.mode == "poisson" else spec.burstiness
-    gaps = rng.gamma(shape, 1.0 / (spec.rate * shape), size=n)
-    offsets = np.cumsum(gaps)
-    return offsets - offsets[0] if n else offsets
+    return arrival_offsets(n, spec.rate, 1.0 if spec.mode == "poisson" else spec.burstiness, spec.seed)

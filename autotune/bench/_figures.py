@@ -3,21 +3,27 @@
 TTFT: first streamed chunk minus send time. ITL: gaps between chunks (pooled over requests).
 TPOT: (latency - TTFT) / (output tokens - 1) per request. E2EL: last chunk minus send time.
 Goodput: requests per second that met every SLO. Times are reported in milliseconds.
+Besides the latencies: whether the replayer kept to its schedule (``behind_schedule``), and the
+commonest reasons requests failed (``failures``), so a failed trial can say why.
 """
 
 from __future__ import annotations
 
+import re
+from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from autotune.bench._timing import RequestTiming
+from autotune.bench._timing import RequestTiming, schedule_lag
 
-__all__ = ["PERCENTILES", "TrialFigures", "summarize"]
+__all__ = ["PERCENTILES", "TrialFigures", "failure_counts", "meets_slos", "summarize"]
 
 PERCENTILES = (50, 75, 90, 95, 99)
 _METRICS = ("ttft", "tpot", "itl", "e2el")
+TOP_FAILURES = 5
+_DIGITS_RE = re.compile(r"\d+")
 
 
 @dataclass(frozen=True)
@@ -32,6 +38,12 @@ class TrialFigures:
     mean_ms: Mapping[str, float]
     goodput: float | None  # requests / s meeting every SLO (None without SLOs)
     lag_p99_ms: float  # how late requests left versus plan
+    # New fields have defaults: figures stored by an older version still load with TrialFigures(**d).
+    behind_schedule: bool = False  # lag p99 above the tolerance (see bench._timing.schedule_lag)
+    schedule_note: str = ""  # one line saying how far behind; empty when on schedule
+    # failed requests by reason ("HTTP 400: This model's maximum context length is 2048 tokens."),
+    # the commonest first, at most TOP_FAILURES reasons (the rest under "other")
+    failures: Mapping[str, int] = field(default_factory=dict)
 
     def metric(self, name: str) -> float:
         """Any figure by name: ``ttft_p90``, ``tpot_mean``, ``output_throughput``, ``goodput``..."""
@@ -48,6 +60,7 @@ class TrialFigures:
         d = asdict(self)
         d["percentiles_ms"] = dict(self.percentiles_ms)
         d["mean_ms"] = dict(self.mean_ms)
+        d["failures"] = dict(self.failures)
         return d
 
 
@@ -61,6 +74,26 @@ def meets_slos(t: RequestTiming, slos_ms: Mapping[str, float]) -> bool:
         return False
     values = {"ttft": t.ttft, "tpot": t.tpot if t.tpot is not None else 0.0, "e2el": t.latency}
     return all((values[k] or 0.0) * 1000.0 <= limit for k, limit in slos_ms.items())
+
+
+def failure_counts(timings: Sequence[RequestTiming], top: int = TOP_FAILURES) -> dict[str, int]:
+    """Failed requests counted by reason, the commonest first. Reasons that differ only in their
+    numbers (the requested length of each too-long prompt) count as one, shown as the first seen."""
+    counts: Counter[str] = Counter()
+    shown: dict[str, str] = {}
+    for t in timings:
+        reason = t.failure_reason
+        if reason is None:
+            continue
+        key = _DIGITS_RE.sub("#", reason)
+        shown.setdefault(key, reason)
+        counts[key] += 1
+    ranked = counts.most_common()
+    out = {shown[key]: n for key, n in ranked[:top]}
+    rest = sum(n for _, n in ranked[top:])
+    if rest:
+        out["other"] = rest
+    return out
 
 
 def summarize(
@@ -79,7 +112,7 @@ def summarize(
     good = None
     if slos_ms:
         good = sum(meets_slos(t, slos_ms) for t in timings) / duration_s
-    lags = [max(t.lag, 0.0) for t in timings]
+    lag = schedule_lag(timings)
     return TrialFigures(
         completed=len(ok),
         failed=len(timings) - len(ok),
@@ -90,8 +123,8 @@ def summarize(
         percentiles_ms=pct,
         mean_ms=mean,
         goodput=good,
-        lag_p99_ms=_pct(lags, 99) if lags else 0.0,
+        lag_p99_ms=lag.p99_ms,
+        behind_schedule=lag.behind,
+        schedule_note=lag.note(),
+        failures=failure_counts(timings),
     )
-
-
-__all__ += ["meets_slos"]

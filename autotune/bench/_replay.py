@@ -5,6 +5,19 @@ when a closed-loop slot frees up); each later turn is sent only after the previo
 the same session completed, plus its ``think_time``. With ``history="actual"``, the previous
 turns' real outputs replace the recorded assistant messages of the next turn, in order, so
 the prefix grows exactly as it would in production.
+
+Scale (issue 17): one scheduler walks the sessions in order of their planned start and starts a
+session's task only when its time has come *and* one of ``max_in_flight`` request slots is free,
+so the number of tasks, sockets and pending requests stays bounded however many requests the
+file holds and however many share a timestamp. Starting every session at once (as this module
+once did) put every request into httpx's connection pool together, whose bookkeeping is
+quadratic in the requests and connections it holds (see :mod:`autotune.bench._transport`): 50,000
+requests at one timestamp sent nothing in 14 minutes and could not be interrupted. The client
+should come from :func:`autotune.bench.replay_client`, whose cost per request grows little with
+the number in flight. A request that waited for a slot leaves late: the lag shows in
+``ReplayResult.lag_p99_ms`` and ``behind_schedule`` (:func:`autotune.bench.schedule_lag`).
+Cancelling :func:`replay` (Ctrl-C and SIGTERM arrive as a cancellation) cancels every request in
+flight and returns once they are closed.
 """
 
 from __future__ import annotations
@@ -14,21 +27,28 @@ import json
 import logging
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections import deque
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import httpx
+import numpy as np
 
 from autotune.bench._arrivals import ArrivalSpec, plan_offsets
-from autotune.bench._timing import RequestTiming
+from autotune.bench._timing import RequestTiming, schedule_lag
 from autotune.workload import ChatMessage, Workload, WorkloadRequest
 
-__all__ = ["ReplayResult", "ReplayTarget", "replay", "warm_up"]
+__all__ = ["DEFAULT_MAX_IN_FLIGHT", "ReplayResult", "ReplayTarget", "replay", "warm_up"]
 
 log = logging.getLogger(__name__)
 
 History = Literal["recorded", "actual"]
+
+# vLLM's own default --max-num-seqs on H100/H200-class GPUs: a server cannot run more at once,
+# so more requests in flight would only queue inside vLLM (or inside httpx) instead of here.
+DEFAULT_MAX_IN_FLIGHT = 1024
+_ERROR_EXCERPT = 300  # characters of a failed request's body kept in its timing
 
 
 @dataclass(frozen=True)
@@ -46,6 +66,12 @@ class ReplayResult:
     timings: tuple[RequestTiming, ...]
     duration_s: float  # first send to last completion
     arrival: str
+    lag_p99_ms: float = 0.0  # how late requests left versus plan (p99 over all requests)
+    behind_schedule: bool = False  # lag p99 above the schedule's tolerance: the load was not as planned
+    schedule_note: str = ""  # one line saying how far behind; empty when on schedule
+    max_in_flight: int = DEFAULT_MAX_IN_FLIGHT  # the limit on requests in flight
+    # the most requests in flight at once; equal to max_in_flight when requests waited for a slot
+    peak_in_flight: int = 0
 
 
 def _body(
@@ -89,10 +115,12 @@ async def _send(
     prompt_tokens: int | None = None
     text: list[str] = []
     error: str | None = None
+    status: int | None = None
     try:
         async with client.stream("POST", target.base_url + path, json=body, headers=target.headers()) as resp:
+            status = resp.status_code
             if resp.status_code != 200:
-                detail = (await resp.aread()).decode(errors="replace")[:200]
+                detail = (await resp.aread()).decode(errors="replace")[:_ERROR_EXCERPT]
                 error = f"HTTP {resp.status_code}: {detail}"
             else:
                 async for line in resp.aiter_lines():
@@ -100,8 +128,13 @@ async def _send(
                         continue
                     data = line[5:].strip()
                     if data == "[DONE]":
-                        break
+                        # Read on to the end of the body (it ends here): a response left unread
+                        # closes its connection, and every request would open a new one.
+                        continue
                     obj = json.loads(data)
+                    if obj.get("error"):  # vLLM reports a failure after the 200 inside the stream
+                        error = "stream error: " + data[:_ERROR_EXCERPT]
+                        break
                     if obj.get("choices"):
                         now = time.perf_counter()
                         if ttft is None:
@@ -130,6 +163,7 @@ async def _send(
         output_tokens=out_tokens if out_tokens else (len(itl) + 1 if ttft is not None else 0),
         prompt_tokens=prompt_tokens,
         error=error,
+        status=status,
     )
     return timing, "".join(text)
 
@@ -155,6 +189,86 @@ async def _sleep_until(t0: float, offset: float) -> None:
         await asyncio.sleep(delay)
 
 
+class _Slots:
+    """At most ``limit`` requests in flight; ``peak``: the most there were at once."""
+
+    def __init__(self, limit: int) -> None:
+        self._free = asyncio.Semaphore(limit)
+        self._now = 0
+        self.peak = 0
+
+    async def acquire(self) -> None:
+        await self._free.acquire()
+        self._now += 1
+        self.peak = max(self.peak, self._now)
+
+    def release(self) -> None:
+        self._now -= 1
+        self._free.release()
+
+
+def _wake_up(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+class _TaskSet:
+    """The replay's running tasks. Unlike asyncio.TaskGroup, the first task to fail also wakes the
+    scheduler from a long wait for the next arrival, and is raised as itself (not inside an
+    ExceptionGroup, so callers see what they always saw); :meth:`cancel` ends every task left."""
+
+    def __init__(self) -> None:
+        self._running: set[asyncio.Task[None]] = set()
+        self._failed: BaseException | None = None
+        self._wake: asyncio.Future[None] | None = None
+
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        if self._failed is not None:
+            coro.close()
+            raise self._failed
+        task = asyncio.ensure_future(coro)
+        self._running.add(task)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._running.discard(task)
+        if not task.cancelled() and task.exception() is not None and self._failed is None:
+            self._failed = task.exception()
+            if self._wake is not None:
+                _wake_up(self._wake)
+
+    async def sleep_until(self, t0: float, offset: float) -> None:
+        """Sleep until ``t0 + offset`` (perf_counter); a task that fails meanwhile ends the
+        sleep and is raised, so that a bug is not hidden until the next planned arrival."""
+        delay = t0 + offset - time.perf_counter()
+        if delay > 0 and self._failed is None:
+            loop = asyncio.get_running_loop()
+            self._wake = wake = loop.create_future()
+            timer = loop.call_later(delay, _wake_up, wake)
+            try:
+                await wake
+            finally:
+                timer.cancel()
+                self._wake = None
+        if self._failed is not None:
+            raise self._failed
+
+    async def join(self) -> None:
+        """Wait until every task finished; raise the first failure (HTTP failures are data, see
+        ``_send``: an exception here is a bug, raised as itself as ``asyncio.gather`` did)."""
+        while self._running and self._failed is None:
+            await asyncio.wait(set(self._running), return_when=asyncio.FIRST_EXCEPTION)
+        if self._failed is not None:
+            raise self._failed
+
+    async def cancel(self) -> None:
+        running = list(self._running)
+        for task in running:
+            task.cancel()
+        if running:
+            await asyncio.gather(*running, return_exceptions=True)
+
+
 async def replay(
     client: httpx.AsyncClient,
     target: ReplayTarget,
@@ -163,23 +277,40 @@ async def replay(
     *,
     history: History = "recorded",
     on_done: Callable[[RequestTiming], None] | None = None,
+    max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
 ) -> ReplayResult:
+    """Replay ``workload`` with at most ``max_in_flight`` requests in flight at once.
+
+    ``client``: best made by :func:`autotune.bench.replay_client` with the same ``max_in_flight``;
+    a client whose pool allows fewer connections queues requests inside httpx, where their lag
+    is not seen here, and one large httpx pool costs CPU per request in proportion to its size.
+    """
+    if max_in_flight < 1:
+        raise ValueError(f"max_in_flight must be >= 1, got {max_in_flight}")
     sessions = list(workload.sessions().values())
     offsets = plan_offsets([s[0].timestamp for s in sessions], arrival)
     timings: list[RequestTiming] = []
+    slots = _Slots(max_in_flight)
     t0 = time.perf_counter()
 
-    async def run_session(turns: Sequence[WorkloadRequest], start: float) -> None:
+    async def run_session(turns: Sequence[WorkloadRequest], start: float, *, holds_slot: bool) -> None:
+        """``holds_slot``: the scheduler already took the first turn's slot (released here)."""
         outputs: list[str] = []
         ready = start
         first_ts = turns[0].timestamp
         for i, req in enumerate(turns):
             if i > 0 and arrival.mode == "timestamps" and req.timestamp is not None and first_ts is not None:
                 ready = max(ready, start + (req.timestamp - first_ts) / arrival.speed)
-            await _sleep_until(t0, ready)
-            timing, text = await _send(
-                client, target, req, _messages_for(req, outputs, history), t0=t0, scheduled=ready
-            )
+            if not holds_slot:
+                await _sleep_until(t0, ready)
+                await slots.acquire()
+            holds_slot = False
+            try:
+                timing, text = await _send(
+                    client, target, req, _messages_for(req, outputs, history), t0=t0, scheduled=ready
+                )
+            finally:
+                slots.release()
             timings.append(timing)
             if on_done is not None:
                 on_done(timing)
@@ -187,24 +318,44 @@ async def replay(
             think = turns[i + 1].think_time / arrival.speed if i + 1 < len(turns) else 0.0
             ready = max(ready, time.perf_counter() - t0) + think
 
-    if offsets is not None:
-        await asyncio.gather(*(run_session(s, float(o)) for s, o in zip(sessions, offsets, strict=True)))
-    else:
-        queue: asyncio.Queue[Sequence[WorkloadRequest]] = asyncio.Queue()
-        for s in sessions:
-            queue.put_nowait(s)
+    tasks = _TaskSet()
+    try:
+        if offsets is not None:
+            # One sleep at a time, in order of planned start: constant work per session.
+            for k in np.argsort(offsets, kind="stable"):
+                start = float(offsets[k])
+                await tasks.sleep_until(t0, start)
+                await slots.acquire()  # back-pressure: a due session waits for a free slot
+                tasks.spawn(run_session(sessions[k], start, holds_slot=True))
+        else:
+            queue = deque(sessions)
 
-        async def worker() -> None:
-            while not queue.empty():
-                s = queue.get_nowait()
-                await run_session(s, time.perf_counter() - t0)
+            async def worker() -> None:
+                while queue:
+                    await run_session(queue.popleft(), time.perf_counter() - t0, holds_slot=False)
 
-        assert arrival.concurrency is not None
-        await asyncio.gather(*(worker() for _ in range(min(arrival.concurrency, len(sessions)))))
+            assert arrival.concurrency is not None
+            for _ in range(min(arrival.concurrency, len(sessions))):
+                tasks.spawn(worker())
+        await tasks.join()
+    finally:
+        await tasks.cancel()  # cancelled (Ctrl-C, SIGTERM) or a bug: no request outlives the replay
     end = max((t.sent + (t.latency or 0.0) for t in timings), default=0.0)
     start = min((t.sent for t in timings), default=0.0)
     timings.sort(key=lambda t: t.sent)
-    return ReplayResult(timings=tuple(timings), duration_s=max(end - start, 1e-9), arrival=arrival.describe())
+    lag = schedule_lag(timings)
+    if lag.behind:
+        log.warning("%s (at most %d of %d in-flight slots in use)", lag.note(), slots.peak, max_in_flight)
+    return ReplayResult(
+        timings=tuple(timings),
+        duration_s=max(end - start, 1e-9),
+        arrival=arrival.describe(),
+        lag_p99_ms=lag.p99_ms,
+        behind_schedule=lag.behind,
+        schedule_note=lag.note(),
+        max_in_flight=max_in_flight,
+        peak_in_flight=slots.peak,
+    )
 
 
 _WARM_WORDS = [

@@ -136,3 +136,19 @@ def test_repeatability_quick_reports_the_cv_of_the_objective(tmp_path: Path) -> 
     assert r["cv_ttft_p90"] >= 0 and isinstance(r["meets_target"], bool)
     assert r["length_factor_for_target"] >= 1
     assert "CV of TTFT p90" in md
+
+
+@pytest.mark.timeout(120)
+def test_replay_scale_quick_replays_one_timestamp_and_cancels_cleanly(tmp_path: Path) -> None:
+    r, md = _run("replay_scale", tmp_path)
+    _check_env(r)
+    _load(r["load_average"])
+    f = r["full"]
+    assert f["requests"] == f["completed"] == 2000 and f["failed"] == 0 and f["failures"] == {}
+    assert f["peak_in_flight"] == f["max_in_flight"] == 1024
+    assert _positive(f["sent_per_s"]) and _positive(f["peak_rss_mib"]) and _positive(f["cpu_us_per_request"])
+    assert 0 <= f["lag_ms"]["p50"] <= f["lag_ms"]["p99"] <= f["lag_ms"]["max"]
+    assert f["behind_schedule"] is True  # 2,000 requests due at once, 1,024 at a time
+    k = r["cancel"]
+    assert k["tasks_left"] == 0 and 0 <= k["return_s"] < 5
+    assert "Replayer at scale" in md

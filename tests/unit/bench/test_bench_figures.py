@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
 
-from autotune.bench import RequestTiming, meets_slos, summarize
+from autotune.bench import RequestTiming, TrialFigures, failure_counts, meets_slos, summarize
 
 
 def _t(
@@ -130,3 +131,56 @@ def test_figures_survive_a_round_trip_through_a_dict() -> None:
     d = summarize(TIMINGS, DURATION).as_dict()
     assert d["completed"] == 4
     assert d["percentiles_ms"]["ttft_p50"] == pytest.approx(250.0)  # type: ignore[index]
+
+
+def _http(status: int, message: str) -> RequestTiming:
+    body = json.dumps({"error": {"message": message, "type": "BadRequestError", "code": status}})
+    return _t(f"f{message[:5]}", None, None, (), 0, error=f"HTTP {status}: {body[:300]}")
+
+
+def test_failures_are_counted_by_reason_commonest_first() -> None:
+    too_long = [
+        _http(400, f"This model's maximum context length is 2048 tokens. You asked for {n}.")
+        for n in (3000, 4000, 5000)
+    ]
+    timings = [*TIMINGS, *too_long, _http(400, "max_tokens must be at least 1, got 0.")]
+    f = summarize(timings, DURATION)
+    assert f.failed == 5
+    # requests whose reasons differ only in their numbers count as one reason, shown as the first seen
+    assert list(f.failures.items()) == [
+        ("HTTP 400: This model's maximum context length is 2048 tokens. You asked for 3000.", 3),
+        ("HTTP 500: boom", 1),  # ties in the order first seen
+        ("HTTP 400: max_tokens must be at least 1, got 0.", 1),
+    ]
+
+
+def test_more_than_five_reasons_keep_the_top_five_and_count_the_rest_as_other() -> None:
+    timings = [
+        _t(f"x{i}", None, None, (), 0, error=f"HTTP 500: reason {chr(97 + i)}")
+        for i in range(7)
+        for _ in range(7 - i)
+    ]
+    failures = failure_counts(timings)
+    assert list(failures) == [*(f"HTTP 500: reason {c}" for c in "abcde"), "other"]
+    assert failures["HTTP 500: reason a"] == 7 and failures["other"] == 2 + 1
+    assert sum(failures.values()) == len(timings)
+
+
+def test_figures_say_when_the_replayer_fell_behind() -> None:
+    on_time = summarize(TIMINGS[:1], DURATION)
+    assert not on_time.behind_schedule and on_time.schedule_note == ""
+    # TIMINGS: planned 0.5 s apart, so 50 ms are allowed; r2 left 20 ms late -> on schedule
+    assert not summarize(TIMINGS, DURATION).behind_schedule
+    late = (*TIMINGS, _t("late", 0.1, 0.2, (), 1, scheduled=1.7, sent=2.0))
+    f = summarize(late, DURATION)
+    assert f.behind_schedule and "behind its schedule" in f.schedule_note
+
+
+def test_figures_as_dict_are_json_and_load_again_also_without_the_newer_fields() -> None:
+    f = summarize([*TIMINGS, _http(400, "too long")], DURATION)
+    d = json.loads(json.dumps(f.as_dict()))
+    assert d["failures"] == {"HTTP 500: boom": 1, "HTTP 400: too long": 1}
+    assert d["behind_schedule"] is False and d["schedule_note"] == ""
+    assert TrialFigures(**d) == f
+    older = {k: v for k, v in d.items() if k not in ("behind_schedule", "schedule_note", "failures")}
+    assert TrialFigures(**older).failures == {}

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Collection
+import time
+from collections.abc import AsyncIterator, Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,9 @@ class FakeOpenAIServer:
     """Streams each answer in three pieces, like vLLM: first piece after ``first_s``, then every ``gap_s``.
 
     A request is named by its prompt or by the content of its last user message; the answer to
-    ``NAME`` is ``A(NAME)``. Names in ``fail`` get HTTP 500, names in ``refuse`` a connection error.
+    ``NAME`` is ``A(NAME)``. Names in ``fail`` get HTTP 500, names in ``refuse`` a connection error,
+    names in ``reject`` the given status and body, names in ``stream_error`` a 200 whose stream
+    carries an error object (as vLLM sends when a request fails after streaming began).
     """
 
     def __init__(
@@ -35,11 +38,15 @@ class FakeOpenAIServer:
         gap_s: float = 0.01,
         fail: Collection[str] = (),
         refuse: Collection[str] = (),
+        reject: Mapping[str, tuple[int, str]] | None = None,
+        stream_error: Collection[str] = (),
     ) -> None:
         self.first_s = first_s
         self.gap_s = gap_s
         self.fail = fail
         self.refuse = refuse
+        self.reject = reject or {}
+        self.stream_error = stream_error
         self.events: list[tuple[str, str]] = []  # ("start" | "end", name), in the order they happened
         self.requests: dict[str, tuple[httpx.Request, dict[str, Any]]] = {}
         self.in_flight = 0
@@ -62,6 +69,12 @@ class FakeOpenAIServer:
             raise httpx.ConnectError("connection refused", request=request)
         if name in self.fail:
             return httpx.Response(500, text="Internal Server Error")
+        if name in self.reject:
+            status, text = self.reject[name]
+            return httpx.Response(status, text=text)
+        if name in self.stream_error:
+            error = {"error": {"message": "EngineDeadError: engine core died", "code": 500}}
+            return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=_sse(error))
         self.events.append(("start", name))
         self.in_flight += 1
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
@@ -217,3 +230,110 @@ def test_recorded_history_sends_the_file_s_assistant_messages() -> None:
     server.run(_sessions(1, 2), ArrivalSpec(mode="closed", concurrency=1), history="recorded")
     second = server.requests["s0 q1"][1]["messages"]
     assert [m["content"] for m in second if m["role"] == "assistant"] == ["rec s0 0"]
+
+
+def test_failed_requests_keep_their_status_and_the_start_of_the_body() -> None:
+    too_long = json.dumps(
+        {
+            "error": {
+                "message": "This model's maximum context length is 2048 tokens. However, you requested "
+                + "4100 tokens (100 in the messages, 4000 in the completion). "
+                + "Please reduce the length of the messages or completion. " * 10,
+                "type": "BadRequestError",
+                "param": None,
+                "code": 400,
+            }
+        }
+    )
+    server = FakeOpenAIServer(reject={"long": (400, too_long)}, stream_error={"dies"}, refuse={"gone"})
+    wl = _workload(_prompt(0, "long"), _prompt(1, "dies"), _prompt(2, "gone"), _prompt(3, "fine"))
+    by_id = {t.request_id: t for t in server.run(wl, ArrivalSpec(mode="closed", concurrency=1)).timings}
+
+    long = by_id["long"]
+    assert long.status == 400 and not long.ok
+    assert long.error == "HTTP 400: " + too_long[:300]  # an excerpt, not the whole body
+    assert long.failure_reason is not None
+    assert long.failure_reason.startswith("HTTP 400: This model's maximum context length is 2048 tokens.")
+    dies = by_id["dies"]
+    assert dies.status == 200 and not dies.ok
+    assert dies.failure_reason == "stream error: EngineDeadError: engine core died"
+    assert by_id["gone"].status is None and by_id["gone"].failure_reason == "ConnectError: connection refused"
+    assert by_id["fine"].status == 200 and by_id["fine"].failure_reason is None
+
+
+def test_in_flight_requests_never_exceed_the_limit_and_late_requests_are_reported() -> None:
+    server = FakeOpenAIServer(first_s=0.05, gap_s=0.0)
+    wl = _workload(*(_prompt(i, f"r{i}", timestamp=0.0) for i in range(20)))
+    result = server.run(wl, ArrivalSpec(mode="timestamps"), max_in_flight=4)
+
+    assert len(result.timings) == 20 and all(t.ok for t in result.timings)
+    assert server.max_in_flight == 4 and result.peak_in_flight == 4 and result.max_in_flight == 4
+    # 5 waves of 4 requests of ~50 ms: the last wave left ~200 ms after its planned time
+    assert result.lag_p99_ms >= 150.0
+    assert result.behind_schedule and "behind its schedule" in result.schedule_note
+    figures = summarize(result.timings, result.duration_s)
+    assert figures.behind_schedule and figures.lag_p99_ms == pytest.approx(result.lag_p99_ms)
+
+
+def test_cancelling_a_replay_cancels_its_requests_and_leaves_no_task() -> None:
+    server = FakeOpenAIServer(first_s=30.0)  # no request would finish before the test's timeout
+    wl = _workload(*(_prompt(i, f"r{i}", timestamp=0.0) for i in range(5000)))
+
+    async def go() -> tuple[float, int]:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(server.handler)) as client:
+            task = asyncio.ensure_future(
+                replay(client, TARGET, wl, ArrivalSpec(mode="timestamps"), max_in_flight=64)
+            )
+            while server.in_flight < 64:
+                await asyncio.sleep(0.01)
+            t0 = time.monotonic()
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            waited = time.monotonic() - t0
+            return waited, len([t for t in asyncio.all_tasks() if t is not asyncio.current_task()])
+
+    waited, left = asyncio.run(go())
+    assert left == 0
+    assert waited < 1.0
+    assert len(server.requests) == 64  # the other 4,936 were never sent
+
+
+def test_an_error_in_the_callers_callback_stops_the_replay_as_itself() -> None:
+    server = FakeOpenAIServer(first_s=0.001, gap_s=0.0)
+    wl = _workload(*(_prompt(i, f"r{i}", timestamp=0.0) for i in range(50)))
+
+    def on_done(t: RequestTiming) -> None:
+        raise ValueError(f"callback broke on {t.request_id}")
+
+    async def go() -> int:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(server.handler)) as client:
+            with pytest.raises(ValueError, match="callback broke"):
+                await replay(
+                    client, TARGET, wl, ArrivalSpec(mode="timestamps"), on_done=on_done, max_in_flight=8
+                )
+            return len([t for t in asyncio.all_tasks() if t is not asyncio.current_task()])
+
+    assert asyncio.run(go()) == 0
+    assert len(server.requests) < 50
+
+
+def test_max_in_flight_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="max_in_flight"):
+        FakeOpenAIServer().run(
+            _workload(_prompt(0, "a")), ArrivalSpec(mode="closed", concurrency=1), max_in_flight=0
+        )
+
+
+def test_an_error_while_the_scheduler_waits_for_the_next_arrival_is_raised_at_once() -> None:
+    server = FakeOpenAIServer(first_s=0.001, gap_s=0.0)
+    wl = _workload(_prompt(0, "now", timestamp=0.0), _prompt(1, "in an hour", timestamp=3600.0))
+
+    def on_done(t: RequestTiming) -> None:
+        raise ValueError("callback broke")
+
+    t0 = time.monotonic()
+    with pytest.raises(ValueError, match="callback broke"):
+        server.run(wl, ArrivalSpec(mode="timestamps"), on_done=on_done)
+    assert time.monotonic() - t0 < 5.0
+    assert list(server.requests) == ["now"]
