@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 from rich.table import Table
@@ -125,11 +125,48 @@ def nightly(
             max_trials=max_trials,
         )
         record = run_night(setup, st, sdir, options, say=lambda line: console.print(line, soft_wrap=True))
+        _write_reports(st, sdir, record, setup.workload.path)
     out.print(record.summary(), soft_wrap=True)
     if record.decision == "nothing_feasible":
         raise typer.Exit(EXIT_NOTHING_FEASIBLE)
     if record.regression:
         raise typer.Exit(EXIT_REGRESSION)
+
+
+def _write_reports(st: Any, sdir: Path, record: Any, workload: Path) -> None:
+    """The night's report and the index across nights; a report that cannot be written is a warning,
+    never a failed night (the decision and the export are already made)."""
+    from dataclasses import replace
+
+    from autotune.nightly import nights, save_night
+
+    try:
+        from autotune.report import write_nightly_index, write_study_report
+        from autotune.workload import inspect_workload, load_workload
+
+        night_dir = sdir / f"night-{record.number:04d}"
+        wl = inspect_workload(load_workload(workload)).as_dict()
+        path = write_study_report(
+            st, night_dir / "report.html", workload=wl, fingerprints=record.fingerprints
+        )
+        save_night(st, replace(record, report=str(path)))
+        index = [
+            {
+                "date": n.date,
+                "objective": n.metric,
+                "incumbent": n.incumbent_figure or {},
+                "promoted": n.decision == "promoted",
+                "regression": n.regression,
+                "fingerprint_changes": n.changes,
+                "report_path": n.report,
+                "reason": n.reason,
+            }
+            for n in nights(st)
+        ]
+        written = write_nightly_index(index, sdir / "nights.html")
+        console.print(f"report: {path}; index of nights: {written}")
+    except Exception as exc:
+        console.print(f"[yellow]the night's report was not written: {type(exc).__name__}: {exc}[/yellow]")
 
 
 def _print_history(name: str, storage: str | None, studies_dir: Path) -> None:

@@ -197,7 +197,28 @@ class TrialRecord:
             "duplicate_of": self.duplicate_of,
             "constraints": list(self.constraints),
             "constraint_names": list(self.constraint_names),
+            **self._dashboard_attrs(),
         }
+
+    def _dashboard_attrs(self) -> dict[str, Any]:
+        """Flat, readable copies for optuna-dashboard's trial table (the nested records above are
+        the source of truth; these are never read back)."""
+        out: dict[str, Any] = {"config": " ".join(self.rendered_args) or "(baseline flags only)"}
+        for name in ("ttft_p50", "ttft_p90", "tpot_p50"):
+            value = self.figures.get(name) if self.figures else None
+            if value is not None:
+                out[f"{name}_ms"] = round(value, 2)
+        if self.figures is not None and self.ok:
+            out["output_tok_s"] = round(self.figures.output_throughput, 1)
+        for name in ("prefix_hit_rate", "host_hit_rate"):
+            value = self.metrics.raw.get(name) if self.metrics else None
+            if value is not None:
+                out[name] = round(float(value), 3)
+        if self.constraints:
+            out["feasible"] = all(c <= 0 for c in self.constraints)
+        if self.failure:
+            out["why"] = f"{self.failure}: {(self.reason or '').splitlines()[0][:200] if self.reason else ''}"
+        return out
 
     @classmethod
     def from_attrs(cls, attrs: Mapping[str, Any]) -> TrialRecord:
