@@ -278,8 +278,11 @@ def test_confirmation_keeps_the_best_only_if_it_beats_the_noise(
         assert "block-size: 64" in best_yaml
     else:
         assert "block-size" not in best_yaml  # vLLM's defaults
-        assert "re-measured trial 1 against the baseline: not confirmed" in res.stderr
         assert "the baseline was best" in best_yaml
+        # the same configuration twice: either the baseline measured best (nothing to confirm), or the
+        # noise made trial 1 look better and the re-measurement refused it
+        if "re-measured trial 1" in res.stderr:
+            assert "re-measured trial 1 against the baseline: not confirmed" in res.stderr
 
 
 def test_sigkill_of_the_tool_leaves_no_engine_or_engine_child(tmp_path: Path, mark: str) -> None:
