@@ -106,7 +106,11 @@ def test_100000_requests_at_one_timestamp_all_complete_with_bounded_in_flight(fa
 
 
 def test_cancelling_mid_replay_returns_within_a_second_and_closes_every_request(fake_server: str) -> None:
-    async def go() -> tuple[int, float, int, int]:
+    """About 0.3 s of wall time and 0.2 s of CPU on a quiet 2-core machine with ~1,000 requests in
+    flight. The CPU is asserted (the wall time grows with whatever else runs on the machine);
+    before issue 17 a cancelled replay of 16,000 requests took 88 s to unwind."""
+
+    async def go() -> tuple[int, float, float, int, int]:
         transport = ShardedTransport(DEFAULT_MAX_IN_FLIGHT)
         done: list[RequestTiming] = []
         async with httpx.AsyncClient(transport=transport, timeout=TIMEOUT) as client:
@@ -121,15 +125,16 @@ def test_cancelling_mid_replay_returns_within_a_second_and_closes_every_request(
             )
             while len(done) < 2000:  # well into the run: ~1,000 requests in flight
                 await asyncio.sleep(0.05)
-            t0 = time.monotonic()
+            t0, cpu0 = time.monotonic(), time.process_time()
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
-            return len(done), time.monotonic() - t0, len(_others()), transport.in_flight
+            wall, cpu = time.monotonic() - t0, time.process_time() - cpu0
+            return len(done), wall, cpu, len(_others()), transport.in_flight
 
-    finished, waited, left, in_flight = asyncio.run(go())
+    finished, wall, cpu, left, in_flight = asyncio.run(go())
     assert finished < 50_000
-    assert waited < 1.0
+    assert cpu < 1.0 and wall < 5.0, (cpu, wall)
     assert left == 0 and in_flight == 0
 
 
