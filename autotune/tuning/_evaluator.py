@@ -18,12 +18,14 @@ from typing import Any
 import httpx
 
 from autotune.bench import (
+    DEFAULT_MAX_IN_FLIGHT,
     ArrivalSpec,
     MetricsDelta,
     ReplayTarget,
     RequestTiming,
     TrialFigures,
     replay,
+    replay_client,
     scrape_metrics,
     summarize,
     warm_up,
@@ -167,9 +169,9 @@ class VllmEvaluator:
         self, proc: EngineProcess
     ) -> tuple[TrialFigures, MetricsDelta | None, dict[str, float], tuple[RequestTiming, ...]]:
         timeout = httpx.Timeout(self.request_timeout_s, connect=10.0)
-        limits = httpx.Limits(max_connections=None, max_keepalive_connections=256)
         names, path = self.engine.metric_names, self.engine.metrics_path
-        async with httpx.AsyncClient(trust_env=False, timeout=timeout, limits=limits) as client:
+        # small connection pools, least busy first: one pool of a thousand connections costs ~10x the CPU
+        async with replay_client(max_in_flight=DEFAULT_MAX_IN_FLIGHT, timeout=timeout) as client:
             model = await self._served_model(client, proc.base_url)
             target = ReplayTarget(base_url=proc.base_url, model=model, api_key=self.spec.api_key)
             t0 = time.monotonic()
