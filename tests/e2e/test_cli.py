@@ -206,7 +206,8 @@ def _signal_when_engine_runs(
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         assert proc.poll() is None, proc.communicate()
-        if any(needle in " ".join(p.cmdline()) for p in processes_marked(mark)):
+        # the tool's own command line names the fake's path in --launcher: only its children count
+        if any(p.pid != proc.pid and needle in " ".join(p.cmdline()) for p in processes_marked(mark)):
             break
         time.sleep(0.2)
     else:
