@@ -143,6 +143,29 @@ def test_compare_exits_non_zero_when_an_arm_produced_no_figures(tmp_path: Path, 
     assert "no figures from B" in res.stderr
 
 
+def test_compare_cleans_shared_memory_exactly_as_a_trial_does(tmp_path: Path, mark: str) -> None:
+    """Each engine the fake starts leaves a psm_* file in /dev/shm (as torch's segments of a killed
+    vLLM do); compare's engines are stopped by the same evaluator as a study's, which removes them."""
+    wl = _good_workload(tmp_path / "rag.jsonl")
+    config = tmp_path / "b.yaml"
+    config.write_text(f"model: {_fake_model(tmp_path)}\nblock-size: 64\n")
+    prefix = f"psm_autotune_test_{mark[:8]}_"
+    res = _run(
+        [
+            "compare", "--workload", str(wl), "--config", str(config), "--rounds", "1",
+            "--launcher", " ".join(FAKE_LAUNCHER), "--no-check-args", "--no-check-memory",
+            "--log-dir", str(tmp_path / "cmp"),
+        ],
+        mark,
+        tmp_path,
+        env=_env(mark, FAKE_SHM_PREFIX=prefix),
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    logs = " ".join(p.read_text() for p in (tmp_path / "cmp").glob("trial-*.log"))
+    assert "fake vLLM starting" in logs
+    assert sorted(Path("/dev/shm").glob(prefix + "*")) == []
+
+
 @pytest.mark.parametrize("with_key", [True, False])
 def test_compare_passes_the_api_key_exactly_as_a_trial_does(
     tmp_path: Path, mark: str, with_key: bool

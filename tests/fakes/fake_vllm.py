@@ -11,6 +11,7 @@ Faults, from the environment:
   FAKE_CRASH_AFTER=N        die (exit 1) when request N+1 arrives
   FAKE_IGNORE_SIGTERM=1     ignore SIGTERM (the supervisor must SIGKILL)
   FAKE_SPAWN_CHILD=1        start a child process that would outlive a naive kill
+  FAKE_SHM_PREFIX=P         leave a 64 KiB file /dev/shm/P<pid> behind (as torch's psm_* segments)
   FAKE_OOM_BLOCK_SIZE=B     fail start with an out-of-memory error when --block-size is B
   FAKE_REQUIRE_KEY=1        require VLLM_API_KEY as a bearer token on /v1/*
   FAKE_CHECK_LENGTH=1       answer HTTP 400 with vLLM's error body when prompt words + max_tokens
@@ -229,6 +230,9 @@ def main() -> None:
     print(f"INFO fake vLLM starting: model={args.model or args.model_tag} pid={os.getpid()}", flush=True)
     if os.environ.get("FAKE_IGNORE_SIGTERM"):
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if os.environ.get("FAKE_SHM_PREFIX"):  # like torch's psm_* segments: left behind when killed
+        with open(f"/dev/shm/{os.environ['FAKE_SHM_PREFIX']}{os.getpid()}", "wb") as fh:
+            fh.write(b"\0" * 65536)
     if os.environ.get("FAKE_SPAWN_CHILD"):
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
         print(f"INFO spawned child pid={child.pid}", flush=True)
