@@ -71,6 +71,8 @@ def open_storage(
         {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {"pool_pre_ping": True}
     )
     retry = optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=1)
+    if ":memory:" in url:  # one connection's database: no other process, and no heartbeat thread's
+        return optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
     for attempt in range(1, attempts + 1):
         try:
             return optuna.storages.RDBStorage(
