@@ -18,6 +18,7 @@ from autotune.cli import report as _report
 from autotune.cli import run as _run
 from autotune.cli import study as _study
 from autotune.cli import tiny_model as _tiny
+from autotune.cli import worker as _worker
 from autotune.cli._console import console, setup_logging, verbose
 from autotune.cli.workload import app as workload_app
 from autotune.errors import AutotuneError
@@ -51,6 +52,7 @@ app.command("export")(_study.export)
 app.command("report")(_report.report)
 app.command("doctor")(_doctor.doctor)
 app.command("tiny-model")(_tiny.tiny_model)
+app.command("worker")(_worker.worker)
 app.add_typer(workload_app, name="workload", help="Synthesize, import, inspect and validate workload files.")
 
 

@@ -7,6 +7,15 @@ from __future__ import annotations
 
 from autotune.engine._argcheck import ArgCheck, VllmArgChecker, checker_env
 from autotune.engine._launch import CPU_LAUNCHER, GPU_LAUNCHER, LaunchSpec, build_argv, parse_engine_args
+from autotune.engine._lease import (
+    LEASE_DIR_ENV,
+    LEASE_ENV,
+    GpuLease,
+    LeaseHolder,
+    lease_dir,
+    lease_holders,
+    stop_leftover_engines,
+)
 from autotune.engine._logscan import (
     FailureClass,
     KvCapacity,
@@ -44,6 +53,8 @@ __all__ = [
     "CPU_LAUNCHER",
     "DEFAULT_ENGINE_SHM_PATTERNS",
     "GPU_LAUNCHER",
+    "LEASE_DIR_ENV",
+    "LEASE_ENV",
     "VLLM",
     "ArgCheck",
     "ArgChecker",
@@ -54,9 +65,11 @@ __all__ = [
     "EngineProfile",
     "EngineSizing",
     "FailureClass",
+    "GpuLease",
     "InstalledEngine",
     "KvCapacity",
     "LaunchSpec",
+    "LeaseHolder",
     "ShmSnapshot",
     "VllmArgChecker",
     "VllmEngine",
@@ -76,6 +89,8 @@ __all__ = [
     "install_signal_handlers",
     "installed_build",
     "installed_engine",
+    "lease_dir",
+    "lease_holders",
     "live_count",
     "parse_engine_args",
     "parse_kv_capacity",
@@ -87,5 +102,6 @@ __all__ = [
     "select_profile",
     "sizing_from_argv",
     "stop_all",
+    "stop_leftover_engines",
     "supported_knobs",
 ]

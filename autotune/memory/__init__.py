@@ -30,9 +30,11 @@ from autotune.memory._feasibility import (
     clamp_offload_range,
 )
 from autotune.memory._machine import (
+    HOST_MEMORY_ENV,
     DiskSpace,
     GpuMemory,
     GpuReading,
+    GpuSubsetProbe,
     MachineFacts,
     MachineProbe,
     SwapReading,
@@ -55,6 +57,7 @@ __all__ = [
     "DEFAULT_HOST_SHARE",
     "GPU_FULL_MARGIN_BYTES",
     "HOST_FULL_SHARE",
+    "HOST_MEMORY_ENV",
     "NON_TORCH_RESERVE_BYTES",
     "PROFILED_KV_TOLERANCE_BYTES",
     "DiskSpace",
@@ -63,6 +66,7 @@ __all__ = [
     "GiB",
     "GpuMemory",
     "GpuReading",
+    "GpuSubsetProbe",
     "MachineFacts",
     "MachineProbe",
     "MemoryEstimate",

@@ -2,7 +2,14 @@
 
 Every reading goes through a :class:`MachineProbe`, so tests (and the sampler's tests) can
 feed fake readings; :class:`SystemProbe` is the real one. A GPU that NVML cannot see is not
-an error: the facts then list no GPU and say why in ``notes``.
+an error: the facts then list no GPU and say why in ``notes``. :class:`GpuSubsetProbe` is a
+worker's view: only the GPUs it was given (NVML indices, as ``nvidia-smi`` numbers them).
+
+Host memory may read low on a virtual machine that adds memory as it is used (virtio-mem, or a
+memory balloon giving pages back): the lent two-GPU H200 machine read 31 GiB MemTotal at start
+for 256 GiB. The facts then carry :attr:`MachineFacts.host_growth`, one sentence saying so, for
+whoever derives a limit (the offload-pool cap) from the reading; ``$AUTOTUNE_HOST_MEMORY_GIB``
+states the real size instead (it only ever raises the reading).
 """
 
 from __future__ import annotations
@@ -10,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -17,9 +25,11 @@ from typing import Any, Protocol, runtime_checkable
 import psutil
 
 __all__ = [
+    "HOST_MEMORY_ENV",
     "DiskSpace",
     "GpuMemory",
     "GpuReading",
+    "GpuSubsetProbe",
     "MachineFacts",
     "MachineProbe",
     "SwapReading",
@@ -29,6 +39,10 @@ __all__ = [
 
 _SHM = "/dev/shm"
 _NODE0_MEMINFO = "/sys/devices/system/node/node0/meminfo"
+_MEMORY_BLOCKS = "/sys/devices/system/memory"
+_VIRTIO_MEM = "/sys/bus/virtio/drivers/virtio_mem"
+HOST_MEMORY_ENV = "AUTOTUNE_HOST_MEMORY_GIB"  # the host's real memory, where MemTotal reads low
+_first_host_total: list[int] = []  # the first MemTotal this process read: growth since is reported
 
 
 @dataclass(frozen=True)
@@ -111,6 +125,7 @@ class MachineFacts:
     node_total: int | None = None
     node_available: int | None = None
     notes: tuple[str, ...] = field(default=())
+    host_growth: str = ""  # non-empty: host memory may read low here (memory added as used), and why
 
     @property
     def gpu_count(self) -> int:
@@ -128,9 +143,17 @@ class SystemProbe:
     several times a second). Any NVML failure means "no GPU", with the reason kept.
     """
 
-    def __init__(self, shm_path: str = _SHM, node_meminfo: str = _NODE0_MEMINFO) -> None:
+    def __init__(
+        self,
+        shm_path: str = _SHM,
+        node_meminfo: str = _NODE0_MEMINFO,
+        memory_blocks: str = _MEMORY_BLOCKS,
+        virtio_mem: str = _VIRTIO_MEM,
+    ) -> None:
         self._shm_path = shm_path
         self._node_meminfo = node_meminfo
+        self._memory_blocks = memory_blocks
+        self._virtio_mem = virtio_mem
         self._lock = threading.Lock()
         self._nvml: Any = None
         self._nvml_error = ""
@@ -174,7 +197,12 @@ class SystemProbe:
 
     def host_memory(self) -> tuple[int, int]:
         vm = psutil.virtual_memory()
-        return int(vm.total), int(vm.available)
+        total, available = int(vm.total), int(vm.available)
+        stated = _stated_host_memory()
+        if stated is not None and stated > total:  # a VM whose MemTotal undercounts: the user says how much
+            available += stated - total
+            total = stated
+        return total, available
 
     def node_memory(self) -> tuple[int, int] | None:
         try:
@@ -191,6 +219,26 @@ class SystemProbe:
             return None
         # vLLM's CPU worker (get_memory_node_info) counts these as available.
         return fields["MemTotal"], sum(fields[k] for k in keys)
+
+    def host_growth(self, total: int) -> str:
+        """Why host memory may grow past ``total`` (the MemTotal just read), or "" when nothing says so
+        (or the user stated the real size in ``$AUTOTUNE_HOST_MEMORY_GIB``)."""
+        if _stated_host_memory() is not None:
+            return ""
+        if not _first_host_total:
+            _first_host_total.append(total)
+        first = _first_host_total[0]
+        online = _online_memory(self._memory_blocks)
+        reasons = []
+        if total > first * 1.05:
+            reasons.append(f"MemTotal grew from {first / 2**30:.1f} to {total / 2**30:.1f} GiB since start")
+        if _has_device(self._virtio_mem):
+            reasons.append("memory is hot-plugged as it is used (virtio-mem)")
+        if online is not None and online > total * 1.2:
+            reasons.append(
+                f"{online / 2**30:.1f} GiB is online but MemTotal reads {total / 2**30:.1f} GiB (a memory balloon)"
+            )
+        return "; ".join(reasons)
 
     def swap(self) -> SwapReading:
         sw = psutil.swap_memory()
@@ -228,6 +276,79 @@ class SystemProbe:
                 self._nvml = None
 
 
+def _stated_host_memory() -> int | None:
+    text = os.environ.get(HOST_MEMORY_ENV)
+    if not text:
+        return None
+    try:
+        return int(float(text) * 2**30)
+    except ValueError:
+        return None
+
+
+def _online_memory(blocks_dir: str) -> int | None:
+    """Bytes of memory the kernel has online (memory blocks x block size); None when not readable."""
+    try:
+        block = int(Path(blocks_dir, "block_size_bytes").read_text().strip(), 16)
+        online = 0
+        for entry in Path(blocks_dir).glob("memory[0-9]*"):
+            with contextlib.suppress(OSError):
+                if (entry / "state").read_text().strip() == "online":
+                    online += block
+    except (OSError, ValueError):
+        return None
+    return online or None
+
+
+def _has_device(driver_dir: str) -> bool:
+    """A device is bound to this virtio driver (its directory lists ``virtioN`` links)."""
+    try:
+        return any(p.name.startswith("virtio") for p in Path(driver_dir).iterdir())
+    except OSError:
+        return False
+
+
+class GpuSubsetProbe:
+    """``inner``'s readings with only the GPUs ``indices`` (NVML numbering): a worker's machine.
+
+    Host memory, swap and ``/dev/shm`` stay the whole host's (workers share them)."""
+
+    def __init__(self, inner: MachineProbe, indices: Sequence[int]) -> None:
+        self.inner = inner
+        self.indices = tuple(indices)
+
+    def gpus(self) -> GpuReading:
+        reading = self.inner.gpus()
+        chosen = tuple(g for g in reading.gpus if g.index in self.indices)
+        missing = [i for i in self.indices if i not in {g.index for g in reading.gpus}]
+        if not missing:
+            return GpuReading(gpus=chosen, note=reading.note)
+        seen = ", ".join(str(g.index) for g in reading.gpus) or "none"
+        return GpuReading(
+            gpus=chosen,
+            note=f"GPU {', '.join(map(str, missing))} not visible (NVML sees {seen}) {reading.note}".strip(),
+        )
+
+    def host_memory(self) -> tuple[int, int]:
+        return self.inner.host_memory()
+
+    def node_memory(self) -> tuple[int, int] | None:
+        return self.inner.node_memory()
+
+    def swap(self) -> SwapReading:
+        return self.inner.swap()
+
+    def shm(self) -> DiskSpace | None:
+        return self.inner.shm()
+
+    def tree_rss(self, pid: int) -> int:
+        return self.inner.tree_rss(pid)
+
+    def host_growth(self, total: int) -> str:
+        growth = getattr(self.inner, "host_growth", None)
+        return str(growth(total)) if growth is not None else ""
+
+
 def read_machine_facts(probe: MachineProbe | None = None) -> MachineFacts:
     """Read the machine once. ``probe`` defaults to a fresh :class:`SystemProbe` (closed after)."""
     own = probe is None
@@ -238,6 +359,8 @@ def read_machine_facts(probe: MachineProbe | None = None) -> MachineFacts:
         node = active.node_memory()
         swap = active.swap()
         shm = active.shm()
+        growth_of = getattr(active, "host_growth", None)  # real machines only; test probes need not
+        growth = str(growth_of(total)) if growth_of is not None else ""
     finally:
         if own and isinstance(active, SystemProbe):
             active.close()
@@ -257,4 +380,5 @@ def read_machine_facts(probe: MachineProbe | None = None) -> MachineFacts:
         node_total=node[0] if node else None,
         node_available=node[1] if node else None,
         notes=tuple(notes),
+        host_growth=growth,
     )

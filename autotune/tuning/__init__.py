@@ -1,6 +1,7 @@
 """From the user's choices to measurements: the one evaluator assembly (:func:`build_setup`),
 one trial end to end (:class:`VllmEvaluator`), its memory checks, A/B re-measurement,
-confirmation before export, the baseline's reference and the dry run."""
+confirmation before export, the baseline's reference and the dry run; and parallel workers, one
+per GPU or tensor-parallel group (:func:`plan_groups`, :func:`run_parallel`, :func:`run_worker`)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,16 @@ from autotune.tuning._compare import ArmSummary, Comparison, compare_configs, co
 from autotune.tuning._confirm import confirm_best
 from autotune.tuning._dry_run import CommandPreview, preview_commands
 from autotune.tuning._evaluator import VllmEvaluator, no_success_reason
+from autotune.tuning._gpus import (
+    FINGERPRINT_ATTR,
+    GpuGroup,
+    check_fingerprint,
+    for_gpus,
+    parse_gpus,
+    plan_groups,
+    record_devices,
+    study_fingerprint,
+)
 from autotune.tuning._lock import StudyLock
 from autotune.tuning._memory_guard import MemoryGuard, clamp_space
 from autotune.tuning._model import check_model, looks_like_hub_name
@@ -22,21 +33,35 @@ from autotune.tuning._setup import (
     check_study_name,
     describe_params,
 )
+from autotune.tuning._workers import (
+    RUN_ATTR,
+    ParallelRun,
+    WorkerSpec,
+    run_parallel,
+    run_worker,
+    study_choices,
+)
 
 __all__ = [
+    "FINGERPRINT_ATTR",
     "FORMATS_ATTR",
+    "RUN_ATTR",
     "ArmSummary",
     "ArrivalChoice",
     "BaselinePlan",
     "CommandPreview",
     "Comparison",
+    "GpuGroup",
     "MemoryGuard",
     "OpenedStudy",
+    "ParallelRun",
     "StudyLock",
     "TuningChoices",
     "TuningSetup",
     "VllmEvaluator",
+    "WorkerSpec",
     "build_setup",
+    "check_fingerprint",
     "check_model",
     "check_study_name",
     "clamp_space",
@@ -44,13 +69,21 @@ __all__ = [
     "config_to_args",
     "confirm_best",
     "describe_params",
+    "for_gpus",
     "looks_like_hub_name",
     "no_success_reason",
     "open_study",
+    "parse_gpus",
     "plan_baseline",
+    "plan_groups",
     "preview_commands",
     "read_request_timings",
+    "record_devices",
+    "run_parallel",
+    "run_worker",
     "significant_gain",
+    "study_choices",
     "study_directory",
+    "study_fingerprint",
     "write_request_timings",
 ]

@@ -2,10 +2,16 @@
 
 The seam between the trial loop and :mod:`autotune.memory`: it turns a rendered vLLM command
 into the estimator's input, and a run's memory peaks into constraint violations.
+
+A worker's guard (:meth:`MemoryGuard.for_gpus`) sees only the GPUs the worker was given: the
+feasibility check, the sampler, ``gpu_used`` and the wait for release act on those alone, so a
+neighbour's engine on another GPU neither blocks nor slows this worker. A tensor-parallel
+command is checked per rank: each of its GPUs must hold its share of the weights and KV cache.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -16,14 +22,17 @@ from typing import Any, Literal
 from autotune.engine import EngineSizing, sizing_from_argv
 from autotune.memory import (
     DEFAULT_HOST_SHARE,
+    HOST_MEMORY_ENV,
     FeasibilityInput,
     FeasibilityVerdict,
     GiB,
+    GpuSubsetProbe,
     MachineFacts,
     MachineProbe,
     MemoryPeak,
     MemorySampler,
     ModelShape,
+    SystemProbe,
     check_feasibility,
     clamp_offload_range,
     memory_constraint_violations,
@@ -32,7 +41,7 @@ from autotune.memory import (
 )
 from autotune.space import SearchSpace
 
-__all__ = ["MemoryGuard", "clamp_space"]
+__all__ = ["MemoryGuard", "clamp_space", "parallel_ranks"]
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +60,15 @@ class MemoryGuard:
     sizing_fn: Callable[[Sequence[str], Literal["cuda", "cpu"]], EngineSizing] = (
         sizing_from_argv  # the engine's
     )
+    gpus: tuple[int, ...] | None = None  # the GPUs it watches (NVML indices); None: every visible one
+
+    def for_gpus(self, gpus: Sequence[int]) -> MemoryGuard:
+        """This guard, seeing only ``gpus`` (a worker's): facts, feasibility, sampler, release."""
+        # one real probe, kept open for the worker's life: the sampler reads it several times a second
+        inner = self.probe if self.probe is not None else SystemProbe()
+        if isinstance(inner, GpuSubsetProbe):
+            inner = inner.inner
+        return dataclasses.replace(self, probe=GpuSubsetProbe(inner, tuple(gpus)), gpus=tuple(gpus))
 
     @classmethod
     def for_model(
@@ -68,6 +86,37 @@ class MemoryGuard:
         return self.sizing_fn(engine_argv, self.platform)
 
     def check(self, engine_argv: Sequence[str]) -> FeasibilityVerdict:
+        request = self._request(engine_argv)
+        facts = read_machine_facts(self.probe)
+        ranks = parallel_ranks(engine_argv)
+        if self.platform != "cuda" or (ranks == 1 and self.gpus is None):
+            return check_feasibility(request, facts, host_share=self.host_share)  # the first visible GPU
+        if len(facts.gpus) < ranks:
+            seen = ", ".join(str(g.index) for g in facts.gpus) or "none"
+            return FeasibilityVerdict(
+                feasible=False,
+                reasons=(
+                    f"the command needs {ranks} GPUs (tensor x pipeline parallel); this worker has {seen}",
+                ),
+                estimate=None,
+            )
+        tp = flag_int(engine_argv, TP_FLAGS) or 1
+        per_rank = dataclasses.replace(
+            request,
+            shape=dataclasses.replace(self.shape, num_kv_heads=max(1, self.shape.num_kv_heads // tp)),
+            weight_bytes=self.weights // ranks,
+        )
+        reasons: list[str] = []
+        estimate = None
+        for gpu in facts.gpus[:ranks]:  # every rank's GPU must hold its share
+            verdict = check_feasibility(
+                per_rank, dataclasses.replace(facts, gpus=(gpu,)), host_share=self.host_share
+            )
+            estimate = estimate or verdict.estimate
+            reasons += [r for r in verdict.reasons if r not in reasons]
+        return FeasibilityVerdict(feasible=not reasons, reasons=tuple(reasons), estimate=estimate)
+
+    def _request(self, engine_argv: Sequence[str]) -> FeasibilityInput:
         s = self.sizing(engine_argv)
         # vllm-ascend's CPUOffloadingConnector and vLLM's native offload on CUDA both map their whole
         # host pool from /dev/shm (cpu_kv_cache_*, vllm_offload_*.mmap); LMCache keeps it in the heap.
@@ -76,7 +125,7 @@ class MemoryGuard:
             "--kv-offloading-size" in joined and "lmcache" not in joined.lower() and self.platform == "cuda"
         )
         shm_pool = s.offload_bytes if in_shm else 0
-        request = FeasibilityInput(
+        return FeasibilityInput(
             shape=self.shape,
             weight_bytes=self.weights,
             platform=self.platform,
@@ -91,7 +140,6 @@ class MemoryGuard:
             max_num_seqs=s.max_num_seqs,
             cuda_graphs=not s.enforce_eager,
         )
-        return check_feasibility(request, read_machine_facts(self.probe), host_share=self.host_share)
 
     def sampler(self, pid: int) -> MemorySampler:
         return MemorySampler(pid, self.probe)
@@ -104,7 +152,7 @@ class MemoryGuard:
         return asdict(peak)
 
     def gpu_used(self) -> int | None:
-        """Bytes used on all visible GPUs now (None without a GPU)."""
+        """Bytes used now on the GPUs it watches (all visible ones by default; None without a GPU)."""
         gpus = read_machine_facts(self.probe).gpus
         return sum(g.used for g in gpus) if gpus else None
 
@@ -126,12 +174,45 @@ class MemoryGuard:
 
 
 OFFLOAD_FLAGS = ("--kv-offloading-size",)
+TP_FLAGS = ("--tensor-parallel-size", "--tensor_parallel_size", "-tp")
+PP_FLAGS = ("--pipeline-parallel-size", "--pipeline_parallel_size", "-pp")
+
+
+def flag_int(argv: Sequence[str], names: Sequence[str]) -> int | None:
+    """The last value of one of ``names`` in ``argv`` (``--x 2`` or ``--x=2``), None when absent."""
+    found: int | None = None
+    for i, token in enumerate(argv):
+        name, eq, value = token.partition("=")
+        if name not in names:
+            continue
+        text = value if eq else (argv[i + 1] if i + 1 < len(argv) else "")
+        try:
+            found = int(text)
+        except ValueError:
+            continue
+    return found
+
+
+def parallel_ranks(engine_argv: Sequence[str]) -> int:
+    """GPUs one engine of this command occupies: tensor-parallel x pipeline-parallel size."""
+    return max(1, flag_int(engine_argv, TP_FLAGS) or 1) * max(1, flag_int(engine_argv, PP_FLAGS) or 1)
 
 
 def clamp_space(space: SearchSpace, facts: MachineFacts, host_share: float) -> SearchSpace:
     """Drop offload-pool sizes above ``host_share`` of available host memory before the study starts
     (logged in the study's log), so the sampler never proposes a pool that would make the host swap."""
     params = dict(space.parameters)
+    pools = [n for n, p in space.tunable.items() if n == "cpu_swap_space_gb" or p.flag in OFFLOAD_FLAGS]
+    if pools and facts.host_growth:
+        log.warning(
+            "offload pools (%s) are capped at %.0f%% of the %.1f GiB host memory available now, but this "
+            "reading may undercount (%s): the cap may be too low (fix: set %s to the host's real memory)",
+            ", ".join(pools),
+            host_share * 100,
+            facts.host_available / GiB,
+            facts.host_growth,
+            HOST_MEMORY_ENV,
+        )
     for name, p in space.tunable.items():
         is_pool = name == "cpu_swap_space_gb" or p.flag in OFFLOAD_FLAGS
         if not is_pool:

@@ -1,0 +1,179 @@
+"""Assigning GPUs to workers: groups of one or of a tensor-parallel size, each engine seeing only its
+own GPUs, each worker's memory guard reading only its own."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from autotune.engine import LEASE_ENV, GpuLease
+from autotune.errors import ConfigError
+from autotune.memory import GiB, MemorySampler
+from autotune.space import RenderedConfig
+from autotune.tuning import GpuGroup, TuningChoices, TuningSetup, build_setup, for_gpus, plan_groups
+from autotune.tuning._gpus import engine_gpus, gpu_mix, parse_gpus
+from tests.unit.conftest import FakeProbe, h100
+
+CONFIGS = Path(__file__).resolve().parents[2] / "data" / "model_configs"
+TP_SPACE = """
+name: tp
+platform: cuda
+parameters:
+  tensor_parallel_size: {type: categorical, choices: [1, 2, 4], flag: --tensor-parallel-size}
+  block_size: {type: categorical, choices: [16, 32], flag: --block-size}
+"""
+
+
+def _setup(
+    tmp_path: Path, *engine_args: str, space: str | None = None, cpu: bool = False
+) -> Iterator[TuningSetup]:
+    model = tmp_path / "model"
+    model.mkdir(exist_ok=True)
+    (model / "config.json").write_text((CONFIGS / "llama-3-8b.json").read_text())
+    wl = tmp_path / "wl.jsonl"
+    wl.write_text('{"prompt": "hello there", "max_tokens": 4}\n')
+    space_path = None
+    if space is not None:
+        space_path = tmp_path / "space.yaml"
+        space_path.write_text(space)
+    choices = TuningChoices(
+        workload=wl,
+        model=str(model),
+        profile=None if cpu else "cuda-native",
+        preview=not cpu,
+        space=space_path,
+        engine_args=engine_args,
+        check_args=False,
+    )
+    with build_setup(choices) as setup:
+        yield setup
+
+
+@pytest.fixture
+def setup(tmp_path: Path) -> Iterator[TuningSetup]:
+    yield from _setup(tmp_path)
+
+
+def four_gpus(used: tuple[float, ...] = (0, 0, 0, 0)) -> FakeProbe:
+    return FakeProbe(gpu_list=[h100(free=int((79 - u) * GiB), index=i) for i, u in enumerate(used)])
+
+
+def test_gpus_option() -> None:
+    assert parse_gpus("0,1, 3") == (0, 1, 3) and parse_gpus("all") is None
+    for bad in ("0,0", "a,b", "", "-1"):
+        with pytest.raises(ConfigError, match="--gpus"):
+            parse_gpus(bad)
+
+
+def test_one_worker_per_gpu(setup: TuningSetup) -> None:
+    groups = plan_groups(setup, "all", probe=four_gpus(), env={})
+    assert [g.gpus for g in groups] == [(0,), (1,), (2,), (3,)]
+    assert [g.slot for g in groups] == [0, 1, 2, 3]
+    assert groups[2].names == ("NVIDIA H100 80GB HBM3",)
+    assert groups[2].trial_attrs() == {"worker": 2, "gpus": [2], "gpu_name": "NVIDIA H100 80GB HBM3"}
+    assert [g.gpus for g in plan_groups(setup, "3,1", probe=four_gpus(), env={})] == [(3,), (1,)]
+    # a process confined by CUDA_VISIBLE_DEVICES keeps to it with --gpus all
+    assert [
+        g.gpus for g in plan_groups(setup, "all", probe=four_gpus(), env={"CUDA_VISIBLE_DEVICES": "2,3"})
+    ] == [
+        (2,),
+        (3,),
+    ]
+    with pytest.raises(ConfigError, match=r"no GPU 7 here \(fix: this machine has 0, 1, 2, 3\)"):
+        plan_groups(setup, "1,7", probe=four_gpus(), env={})
+    with pytest.raises(ConfigError, match="drop --gpus on a machine without GPUs"):
+        plan_groups(setup, "all", probe=FakeProbe(), env={})
+
+
+def test_a_tensor_parallel_group_of_two_takes_two_gpus(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    for setup in _setup(tmp_path, "--tensor-parallel-size=2"):
+        assert engine_gpus(setup) == 2
+        groups = plan_groups(setup, "all", probe=four_gpus(), env={})
+        assert [g.gpus for g in groups] == [(0, 1), (2, 3)]
+        with caplog.at_level(logging.WARNING):
+            assert [g.gpus for g in plan_groups(setup, "0,1,2", probe=four_gpus(), env={})] == [(0, 1)]
+        assert "leave GPU 2 unused" in caplog.text
+        with pytest.raises(ConfigError, match="one engine needs 2 GPUs"):
+            plan_groups(setup, "3", probe=four_gpus(), env={})
+
+
+def test_a_tuned_tensor_parallel_size_takes_groups_of_its_largest_value(tmp_path: Path) -> None:
+    for setup in _setup(tmp_path, "--tensor-parallel-size=2", space=TP_SPACE):
+        assert engine_gpus(setup) == 4  # the space may pick 4: a trial needs a whole group
+        assert [g.gpus for g in plan_groups(setup, "all", probe=four_gpus(), env={})] == [(0, 1, 2, 3)]
+
+
+def test_without_gpus_cpu_workers_split_the_cores(tmp_path: Path) -> None:
+    for setup in _setup(tmp_path, cpu=True):
+        assert setup.platform == "cpu"
+        groups = plan_groups(setup, None, workers=2)
+        assert len(groups) == 2 and not groups[0].gpus
+        assert set(groups[0].cpus).isdisjoint(groups[1].cpus) and groups[0].cpus
+        one = for_gpus(setup, groups[1])
+        assert (
+            one.launch.env["VLLM_CPU_OMP_THREADS_BIND"]
+            == GpuGroup(1, cpus=groups[1].cpus).describe().split()[-1]
+        )
+        assert "CUDA_VISIBLE_DEVICES" not in one.launch.env
+
+
+def test_each_engine_sees_only_its_gpus_and_carries_its_lease(setup: TuningSetup, tmp_path: Path) -> None:
+    group = plan_groups(setup, "all", probe=four_gpus(), env={})[2]
+    with GpuLease(group.gpus, directory=tmp_path / "leases") as lease:
+        worker = for_gpus(setup, group, lease, probe=four_gpus())
+        env = worker.launch.process_env(RenderedConfig(args=()))
+        assert env["CUDA_VISIBLE_DEVICES"] == "2" and env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+        assert env[LEASE_ENV] == lease.token
+        assert "CUDA_VISIBLE_DEVICES" not in setup.launch.env  # the user's setup is left as it was
+        assert worker.guard is not None and worker.guard.gpus == (2,)
+
+
+def test_feasibility_reads_the_workers_gpu_not_the_first(setup: TuningSetup) -> None:
+    """GPU 0 is full (another worker's engine); the worker on GPU 1 still fits, the one on GPU 0 not."""
+    probe = four_gpus(used=(70, 0, 0, 0))
+    groups = plan_groups(setup, "all", probe=probe, env={})
+    argv = ["--gpu-memory-utilization", "0.9", "--max-model-len", "4096"]
+    on0 = for_gpus(setup, groups[0], probe=probe)
+    on1 = for_gpus(setup, groups[1], probe=probe)
+    assert on0.guard is not None and on1.guard is not None
+    assert on1.guard.check(argv).feasible
+    verdict = on0.guard.check(argv)
+    assert not verdict.feasible and "usable on GPU 0" in verdict.reasons[0]
+    assert on1.guard.gpu_used() == probe.gpu_list[1].used  # not the sum over the host
+    sampler = MemorySampler(1, on1.guard.probe)
+    sampler.start()
+    assert len(sampler.stop().gpu_used_peak) == 1
+
+
+def test_a_tensor_parallel_command_is_checked_per_rank(tmp_path: Path) -> None:
+    """An 8B model's 15 GiB of weights at utilization 0.2 of an 80 GB GPU (16 GiB) leave no KV
+    cache on one GPU; split over two ranks each holds half and has room."""
+    for setup in _setup(tmp_path, "--tensor-parallel-size=2"):
+        probe = four_gpus()
+        argv = ["--gpu-memory-utilization", "0.2", "--max-model-len", "4096", "--enforce-eager"]
+        single = for_gpus(setup, GpuGroup(0, gpus=(0,), names=("H100",)), probe=probe)
+        pair = for_gpus(setup, GpuGroup(0, gpus=(0, 1), names=("H100", "H100")), probe=probe)
+        assert single.guard is not None and pair.guard is not None
+        assert not single.guard.check(["--tensor-parallel-size", "1", *argv]).feasible
+        assert pair.guard.check(["--tensor-parallel-size", "2", *argv]).feasible
+        lacking = single.guard.check(["--tensor-parallel-size", "2", *argv])
+        assert not lacking.feasible and "needs 2 GPUs" in lacking.reasons[0]
+
+
+def test_a_gpu_missing_from_nvml_is_said() -> None:
+    from autotune.memory import GpuSubsetProbe, read_machine_facts
+
+    facts = read_machine_facts(GpuSubsetProbe(four_gpus(), (1, 6)))
+    assert [g.index for g in facts.gpus] == [1]
+    assert any("GPU 6 not visible (NVML sees 0, 1, 2, 3)" in n for n in facts.notes)
+
+
+def test_mixed_gpu_models_are_said() -> None:
+    assert gpu_mix(["NVIDIA H200", "NVIDIA H200"]) is None
+    said = gpu_mix(["NVIDIA H200", "NVIDIA A100-SXM4-80GB"])
+    assert said is not None and "not comparable" in said and "A100" in said
