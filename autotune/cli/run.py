@@ -21,9 +21,12 @@ from autotune.tuning import (
     StudyLock,
     TuningSetup,
     build_setup,
+    check_fingerprint,
     check_study_name,
     open_study,
     plan_baseline,
+    plan_groups,
+    run_parallel,
 )
 
 # typer needs Optional[...] at runtime on Python 3.10
@@ -47,6 +50,19 @@ def run(
         int,
         typer.Option(min=1, help="Trials to run now, the baseline included: this many MORE when resuming."),
     ] = 10,
+    gpus: Annotated[
+        Optional[str],
+        typer.Option(
+            help="Run trials in parallel on this host's GPUs: 0,1,2,3 or all; one worker per GPU, or per group "
+            "of --tensor-parallel-size GPUs. Each engine sees only its GPUs."
+        ),
+    ] = None,
+    workers: Annotated[
+        Optional[int],
+        typer.Option(
+            min=1, help="Without GPUs (the CPU build): this many parallel workers, each on its own CPU cores."
+        ),
+    ] = None,
     total_trials: Annotated[
         Optional[int],
         typer.Option(
@@ -130,12 +146,34 @@ def run(
             raise typer.Exit(_dry_run(setup, plan, dry_run_samples, seed, accept_reference))
         name = check_study_name(study or f"{workload.stem}-{setup.space.name}")
         setup.check_fixed_flags()
+        groups = plan_groups(setup, gpus, workers=workers) if gpus or workers else None
         with StudyLock(studies_dir, name):  # a second run of this study on this host refuses
             st, sdir = open_and_announce(setup, name, storage, studies_dir, seed, plan)
-            evaluator = setup.evaluator(sdir)
+            for diff in check_fingerprint(st, setup, refuse=False):  # recorded for `autotune worker --study`
+                console.print(
+                    "this run differs from the study's: " + diff, style="yellow", markup=False, soft_wrap=True
+                )
             todo = _trials_to_run(st, n_trials, total_trials)
-            if todo:
-                _run_trials(st, setup, evaluator, todo, timeout)
+            if groups is None:
+                evaluator = setup.evaluator(sdir)
+                if todo:
+                    _run_trials(st, setup, evaluator, todo, timeout)
+            else:
+                evaluator = run_parallel(
+                    setup,
+                    st,
+                    sdir,
+                    groups,
+                    storage=storage,
+                    studies_dir=studies_dir,
+                    n_trials=todo,
+                    timeout_s=timeout,
+                    seed=seed,
+                    say=lambda m: console.print(m, markup=False, soft_wrap=True),
+                    on_trial_done=lambda rep: console.print(
+                        trial_line(rep, setup.objective.metric), soft_wrap=True
+                    ),
+                ).evaluator  # confirmation on worker 0's GPUs, leased by this process
             console.print(study_table(st, setup.objective.metric))
             if baseline_trial(st) is None:
                 console.print(

