@@ -134,14 +134,18 @@ def _regression(
         return True, "the incumbent produced no figures tonight (it no longer runs here)"
     if last is None:
         return False, "no earlier figure of this incumbent to compare with"
-    threshold = max(band, floor)
+    # Twice the noise seen (tonight's runs, and last night's figure's own range): the medians of a
+    # few runs differ by up to their ranges with nothing changed (measured: 3 false alarms in 10
+    # quiet nights at 1x the range with a 5% restart-to-restart CV; see benchmarks/RESULTS.md).
+    last_range = (last["high"] - last["low"]) / abs(last["median"]) if last.get("median") else 0.0
+    threshold = max(floor, 2.0 * max(band, last_range))
     sign = -1.0 if metric_max else 1.0
     change = sign * (tonight["median"] - last["median"]) / abs(last["median"])
     worse = change > threshold
     moved = f"{change:.1%} worse" if change > 0 else f"{-change:.1%} better"
     return worse, (
         f"median {last['median']:.4g} -> {tonight['median']:.4g} ({moved} than its last figure), "
-        f"threshold {threshold:.1%} (tonight's noise band, at least the minimum)"
+        f"threshold {threshold:.1%} (twice the noise band, at least the minimum)"
     )
 
 
