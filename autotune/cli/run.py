@@ -15,7 +15,7 @@ from autotune.cli import _options as o
 from autotune.cli._console import console, log_to_file, out
 from autotune.cli._render import FORMATS_ATTR, fmt_params, fmt_value, study_table, trial_line
 from autotune.errors import EXIT_NO_BASELINE
-from autotune.study import PendingJournal, TrialReport, baseline_trial, redact_url, run_study
+from autotune.study import PendingJournal, TrialReport, baseline_trial, best_feasible, redact_url, run_study
 from autotune.tuning import (
     BaselinePlan,
     StudyLock,
@@ -181,6 +181,8 @@ def run(
                     "defaults (look at the baseline trial's log)"
                 )
             target = out_path or sdir / "best.yaml"
+            if baseline_trial(st) is None and best_feasible(st) is None:
+                raise typer.Exit(EXIT_NO_BASELINE)  # nothing measured to export, not even a reference
             _confirm_and_export(st, setup, evaluator, confirm_rounds, min_improvement, target)
         if baseline_trial(st) is None:
             raise typer.Exit(EXIT_NO_BASELINE)

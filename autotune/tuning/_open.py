@@ -8,7 +8,7 @@ from pathlib import Path
 
 import optuna
 
-from autotune.engine import CleanReport, clean_stale_shm
+from autotune.engine import DEFAULT_ENGINE_SHM_PATTERNS, CleanReport, clean_stale_shm
 from autotune.study import (
     PendingJournal,
     baseline_trial,
@@ -59,7 +59,9 @@ def open_study(
     previous = study.user_attrs.get("engine_profile")
     study.set_user_attr("engine_profile", setup.profile.name)
     study.set_user_attr(FORMATS_ATTR, {n: p.format for n, p in setup.space.parameters.items() if p.format})
-    cleaned = clean_stale_shm(setup.profile.shm_patterns) if setup.profile.shm_patterns else None
+    # The profile's pool files, and what an engine of a killed run left (torch's psm_*, vLLM's
+    # segments): a SIGKILLed tool cannot clean after its engine; no file a live process maps goes.
+    cleaned = clean_stale_shm((*DEFAULT_ENGINE_SHM_PATTERNS, *setup.profile.shm_patterns))
     recovered = PendingJournal(sdir).replay(study)
     finished = [t for t in study.get_trials(deepcopy=False) if t.state.is_finished()]
     ensure_baseline(study, dict(plan.reference) if plan.reference is not None else None)
