@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import math
 import shutil
 import statistics
 import time
@@ -89,14 +90,19 @@ def _arm_config(args: Sequence[str], env: Mapping[str, str] | None = None) -> Re
 
 
 def _band(result: Comparison, metric: str) -> float:
-    """Tonight's noise: the largest relative spread of either arm's runs."""
-    spreads = []
-    for arm in (result.a, result.b):
-        vals = arm.figures.get(metric) or []
-        med = statistics.median(vals) if vals else 0.0
-        if len(vals) >= 2 and med:
-            spreads.append((max(vals) - min(vals)) / abs(med))
-    return max(spreads, default=0.0)
+    """Tonight's noise: the pooled relative standard deviation of each arm's runs (0 with one run each)."""
+    return _pooled_sd([list(arm.figures.get(metric) or []) for arm in (result.a, result.b)])
+
+
+def _pooled_sd(groups: Sequence[Sequence[float]]) -> float:
+    ss, df = 0.0, 0
+    for vals in groups:
+        if len(vals) >= 2:
+            mean = statistics.mean(vals)
+            if mean:
+                ss += sum(((v - mean) / mean) ** 2 for v in vals)
+                df += len(vals) - 1
+    return math.sqrt(ss / df) if df else 0.0
 
 
 def _summary(arm_name: str, result: Comparison, metric: str) -> dict[str, Any] | None:
@@ -116,7 +122,7 @@ def _incumbent(
         return f"incumbent {options.incumbent.name}", _arm_config(args), None
     if previous is not None and previous.incumbent_args is not None:
         return (
-            "incumbent (last promoted)",
+            "incumbent (last promoted)" if previous.incumbent_params else "incumbent (baseline)",
             _arm_config(previous.incumbent_args, previous.incumbent_env),
             (previous.incumbent_params),
         )
@@ -127,25 +133,36 @@ def _baseline_config(setup: TuningSetup, study: optuna.Study) -> RenderedConfig:
     return render_reference(setup.space, study.user_attrs.get(REFERENCE_ATTR))
 
 
+Z_REGRESSION = 2.5  # standard errors of the difference of two medians before a move counts
+
+
 def _regression(
     metric_max: bool, tonight: dict[str, Any] | None, last: dict[str, Any] | None, band: float, floor: float
 ) -> tuple[bool, str]:
+    """Is tonight's incumbent worse than its last figure beyond the noise?
+
+    The noise is the runs' relative standard deviation, pooled over tonight's arms and last night's
+    runs of the incumbent; the threshold is 2.5 standard errors of the difference of the two
+    figures (each a median of its runs), and never below ``floor``. Measured with a 5% run-to-run
+    CV and 2 runs a night: 0 false alarms in 10 quiet nights (benchmarks/nightly_alarms.py).
+    """
     if tonight is None:
         return True, "the incumbent produced no figures tonight (it no longer runs here)"
     if last is None:
         return False, "no earlier figure of this incumbent to compare with"
-    # Twice the noise seen (tonight's runs, and last night's figure's own range): the medians of a
-    # few runs differ by up to their ranges with nothing changed (measured: 3 false alarms in 10
-    # quiet nights at 1x the range with a 5% restart-to-restart CV; see benchmarks/RESULTS.md).
-    last_range = (last["high"] - last["low"]) / abs(last["median"]) if last.get("median") else 0.0
-    threshold = max(floor, 2.0 * max(band, last_range))
+    runs_now, runs_last = (
+        list(tonight.get("runs") or [tonight["median"]]),
+        list(last.get("runs") or [last["median"]]),
+    )
+    sd = max(band, _pooled_sd([runs_now, runs_last]))
+    threshold = max(floor, Z_REGRESSION * sd * math.sqrt(1 / len(runs_now) + 1 / len(runs_last)))
     sign = -1.0 if metric_max else 1.0
     change = sign * (tonight["median"] - last["median"]) / abs(last["median"])
     worse = change > threshold
     moved = f"{change:.1%} worse" if change > 0 else f"{-change:.1%} better"
     return worse, (
         f"median {last['median']:.4g} -> {tonight['median']:.4g} ({moved} than its last figure), "
-        f"threshold {threshold:.1%} (twice the noise band, at least the minimum)"
+        f"threshold {threshold:.1%} (2.5 standard errors of tonight's noise, at least the minimum)"
     )
 
 

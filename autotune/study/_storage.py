@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +72,14 @@ def open_storage(
     kwargs: dict[str, object] = (
         {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {"pool_pre_ping": True}
     )
+    with warnings.catch_warnings():  # heartbeats are "experimental" in Optuna 5; used as documented
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return _open(url, kwargs, attempts, heartbeat_s, grace_s)
+
+
+def _open(
+    url: str, kwargs: dict[str, object], attempts: int, heartbeat_s: int, grace_s: int
+) -> optuna.storages.RDBStorage:
     retry = optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=1)
     if ":memory:" in url:  # one connection's database: no other process, and no heartbeat thread's
         return optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
