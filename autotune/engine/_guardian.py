@@ -103,6 +103,56 @@ def _leave_with(returncode: int) -> NoReturn:
     os._exit(returncode & 0xFF)
 
 
+_SHM = "/dev/shm"
+_SHM_PATTERNS = ("psm_*", "sem.mp-*", "vllm*")  # torch's segments, multiprocessing's, vLLM's
+_shm_before: set[tuple[str, int]] = set()
+
+
+def _shm_entries() -> set[tuple[str, int]]:
+    import fnmatch
+
+    found = set()
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(_SHM):
+            if entry.is_file(follow_symlinks=False) and any(
+                fnmatch.fnmatch(entry.name, p) for p in _SHM_PATTERNS
+            ):
+                with contextlib.suppress(OSError):
+                    found.add((entry.name, entry.inode()))
+    return found
+
+
+def _held_inodes() -> set[int]:
+    """Inodes of /dev/shm files some live process maps or holds open."""
+    held: set[int] = set()
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/maps") as fh:
+            for line in fh:
+                if _SHM in line:
+                    held.add(int(line.split()[4]))
+        with contextlib.suppress(OSError):
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                with contextlib.suppress(OSError):
+                    if os.readlink(f"/proc/{pid}/fd/{fd}").startswith(_SHM + "/"):
+                        held.add(os.stat(f"/proc/{pid}/fd/{fd}").st_ino)
+    return held
+
+
+def _remove_new_shm() -> None:
+    """After autotune died (it cannot clean up any more): remove the shared-memory files the engine
+    created that no live process maps or holds (the SIGKILLed engine's psm_* segments)."""
+    new = _shm_entries() - _shm_before
+    if not new:
+        return
+    held = _held_inodes()
+    for name, inode in new:
+        if inode not in held:
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(_SHM, name))
+
+
 def _watch_parent() -> None:
     """Block on the pipe from autotune; at its end-of-file, stop everything and exit."""
     while True:
@@ -115,6 +165,8 @@ def _watch_parent() -> None:
             break
     _leaving.acquire()  # vLLM's exit is being handled: that path exits, this one waits for it
     _stop_everything(grace_s=5.0)
+    with contextlib.suppress(Exception):
+        _remove_new_shm()
     os._exit(ORPHANED_EXIT)
 
 
@@ -131,6 +183,7 @@ def main() -> NoReturn:
     with contextlib.suppress(Exception):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1)
     env = {**os.environ, "PYTHONSAFEPATH": "1"}
+    _shm_before.update(_shm_entries())
     try:
         child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, env=env, preexec_fn=_child_setup)
     except OSError as exc:
