@@ -34,7 +34,7 @@ def _run(name: str, tmp_path: Path, *extra: str) -> tuple[dict[str, Any], str]:
         timeout=120,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.startswith("### "), proc.stdout[:500]  # the markdown snippet
+    assert proc.stdout.lstrip().startswith("### "), proc.stdout[:500]  # the markdown snippet
     return json.loads(out.read_text()), proc.stdout
 
 
