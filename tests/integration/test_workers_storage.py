@@ -17,9 +17,7 @@ import time
 from pathlib import Path
 
 import optuna
-import pytest
 
-from autotune.errors import StorageError
 from autotune.space import RenderedConfig, load_search_space
 from autotune.study import (
     Objective,
@@ -76,19 +74,10 @@ def _writer(url: str, slot: int, n: int) -> None:
     )
 
 
-def _journal_supported(tmp_path: Path) -> bool:
-    try:
-        open_storage(f"journal:///{tmp_path / 'probe.journal'}")
-    except (StorageError, Exception):
-        return False
-    return True
-
-
-@pytest.mark.parametrize("kind", ["sqlite", "journal"])
-def test_four_writers_share_one_study(tmp_path: Path, kind: str) -> None:
-    if kind == "journal" and not _journal_supported(tmp_path):
-        pytest.skip("this version's storage opener does not take journal:/// URLs")
-    url = f"sqlite:///{tmp_path / 's.db'}" if kind == "sqlite" else f"journal:///{tmp_path / 's.journal'}"
+def test_four_writers_share_one_study(tmp_path: Path) -> None:
+    """SQLite under four concurrent writers (write locks taken at BEGIN; see study/_storage.py).
+    Optuna's journal storage is not offered: it has no heartbeats, which stale-trial recovery needs."""
+    url = f"sqlite:///{tmp_path / 's.db'}"
     load_or_create(url, "shared", Objective(min_throughput_ratio=0.5), seed=0)  # made once, baseline enqueued
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     t0 = time.monotonic()
@@ -116,7 +105,7 @@ def test_four_writers_share_one_study(tmp_path: Path, kind: str) -> None:
         assert rec.log_path == f"trial-{t.number:04d}.log" and rec.constraint_names
     assert sum(read_record(t).baseline for t in trials) == 1
     assert {t.user_attrs["worker"] for t in trials} == set(range(WRITERS))
-    print(f"{kind}: {len(trials)} trials by {WRITERS} writers in {time.monotonic() - t0:.1f} s")
+    print(f"sqlite: {len(trials)} trials by {WRITERS} writers in {time.monotonic() - t0:.1f} s")
 
 
 if __name__ == "__main__":
