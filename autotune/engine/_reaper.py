@@ -50,9 +50,20 @@ atexit.register(stop_all)
 
 
 def _on_terminate(signum: int, frame: FrameType | None) -> None:
+    """Stop the engines, then unwind exactly as Ctrl-C would.
+
+    The current SIGINT handler decides how: inside ``asyncio.run`` it is the runner's, which
+    cancels the main task so the replay unwinds through its own cancellation (a KeyboardInterrupt
+    raised here could land inside httpcore's shielded close and surface as a RuntimeError instead);
+    elsewhere it is Python's default, which raises KeyboardInterrupt.
+    """
     log.warning("received signal %s: stopping engines", signal.Signals(signum).name)
     stop_all()
-    raise KeyboardInterrupt
+    handler = signal.getsignal(signal.SIGINT)
+    if callable(handler):
+        handler(signal.SIGINT, frame)
+    else:
+        raise KeyboardInterrupt
 
 
 def install_signal_handlers() -> None:

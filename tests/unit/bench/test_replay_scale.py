@@ -144,12 +144,10 @@ _SIGTERM_CHILD = textwrap.dedent(
     from pathlib import Path
     import httpx
     from autotune.bench import ArrivalSpec, ReplayTarget, replay, replay_client
+    from autotune.engine import install_signal_handlers
     from autotune.workload import Workload, WorkloadRequest
 
-    def on_term(signum, frame):  # as autotune's CLI does: SIGTERM unwinds like Ctrl-C
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, on_term)
+    install_signal_handlers()  # as autotune's CLI does: SIGTERM unwinds like Ctrl-C
     reqs = tuple(WorkloadRequest(index=i, line=i + 1, id=f"r{i}", max_tokens=1, prompt="q", timestamp=0.0)
                  for i in range(50_000))
     done = []
