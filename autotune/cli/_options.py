@@ -100,6 +100,26 @@ Storage = Annotated[
         "Default: sqlite:///STUDIES_DIR/STUDY.db."
     ),
 ]
+Passes = Annotated[
+    str,
+    typer.Option(
+        help="Replays of the workload per started engine, the prefix cache emptied between them; the trial "
+        "reports their median. auto: as many as cost at most half a one-pass trial (up to 5).",
+    ),
+]
+Prune = Annotated[
+    bool,
+    typer.Option(
+        help="Stop a trial early when its running objective is worse than the best's beyond the noise."
+    ),
+]
+Prior = Annotated[
+    bool,
+    typer.Option(
+        help="Use the workload's prefix reuse and the KV estimate to enqueue informed candidates first and skip "
+        "offload where it cannot add hits."
+    ),
+]
 StudiesDir = Annotated[Path, typer.Option(help="Home of study databases, trial logs and exports.")]
 
 
@@ -130,6 +150,9 @@ def tuning_choices(
     slo: list[str] | None = None,
     min_throughput_ratio: float = 0.95,
     preview: bool = False,
+    passes: str = "auto",
+    prune: bool = True,
+    prior: bool = True,
 ) -> TuningChoices:
     return TuningChoices(
         workload=workload,
@@ -155,4 +178,7 @@ def tuning_choices(
         slos=tuple(slo or ()),
         min_throughput_ratio=min_throughput_ratio,
         preview=preview,
+        passes=passes,
+        prune=prune,
+        prior=prior,
     )

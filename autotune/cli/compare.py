@@ -60,6 +60,7 @@ def compare(
         "studies/compare"
     ),
     json_out: Annotated[Optional[Path], typer.Option(help="Write every figure as JSON here.")] = None,
+    passes: o.Passes = "auto",
 ) -> None:
     """Measure arm A (defaults) and arm B (a config) alternately and report medians, spread and ratio.
 
@@ -79,6 +80,7 @@ def compare(
         speed=speed, sample=sample, seed=seed, warmup=warmup, history=history, api_key_env=api_key_env,
         host_share=host_share, allow_swap=allow_swap, check_memory=check_memory, check_args=check_args,
         slo=slo,
+        passes=passes,
     )  # fmt: skip
     a_name = f"A {baseline_config}" if baseline_config else "A defaults"
     b_name = f"B {config}"

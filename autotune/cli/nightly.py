@@ -86,6 +86,9 @@ def nightly(
     check_memory: o.CheckMemory = True,
     check_args: o.CheckArgs = True,
     skip_bad_lines: o.SkipBadLines = False,
+    passes: o.Passes = "auto",
+    prune: o.Prune = True,
+    prior: o.Prior = True,
 ) -> None:
     """One night: re-measure the deployed config against vLLM's defaults, search from the best known
     configs within --budget, and promote a new config only when it beats the incumbent by more than
@@ -111,6 +114,7 @@ def nightly(
         sample=sample, seed=seed, warmup=warmup, api_key_env=api_key_env, host_share=host_share,
         allow_swap=allow_swap, check_memory=check_memory, check_args=check_args, skip_bad_lines=skip_bad_lines,
         objective=objective, slo=slo, min_throughput_ratio=min_throughput_ratio,
+        passes=passes, prune=prune, prior=prior,
     )  # fmt: skip
     with build_setup(choices) as setup, StudyLock(studies_dir, name, what="study"):
         setup.check_fixed_flags()

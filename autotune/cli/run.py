@@ -123,6 +123,9 @@ def run(
     ] = False,
     check_args: o.CheckArgs = True,
     skip_bad_lines: o.SkipBadLines = False,
+    passes: o.Passes = "auto",
+    prune: o.Prune = True,
+    prior: o.Prior = True,
 ) -> None:
     """Tune vLLM on a workload: baseline (vLLM defaults) first, then Optuna's proposals; export the best.
 
@@ -137,11 +140,13 @@ def run(
         api_key_env=api_key_env, host_share=host_share, allow_swap=allow_swap, check_memory=check_memory,
         check_args=check_args, skip_bad_lines=skip_bad_lines, objective=objective, slo=slo,
         min_throughput_ratio=min_throughput_ratio, preview=dry_run,
+        passes=passes, prune=prune, prior=prior,
     )  # fmt: skip
     with build_setup(choices) as setup:
         for msg in setup.workload.skipped:
             console.print(f"[yellow]skipped[/yellow] {msg}")
         plan = plan_baseline(setup)
+        setup.apply_prior()  # may shrink the space: before the dry run shows samples of it
         if dry_run:
             raise typer.Exit(_dry_run(setup, plan, dry_run_samples, seed, accept_reference))
         name = check_study_name(study or f"{workload.stem}-{setup.space.name}")
@@ -216,6 +221,7 @@ def open_and_announce(
             f"resuming: {opened.finished_before} trial(s) already finished; baseline "
             + (f"measured (trial #{base.number})" if base else "not measured yet: it runs first")
         )
+    announce_prior(setup, st)
     if not plan.defaults_fit:
         why = "; ".join(plan.why_not)
         console.print(f"[yellow]vLLM's defaults cannot run here ({why})[/yellow]")
@@ -224,6 +230,21 @@ def open_and_announce(
         else:
             console.print("[red]no runnable reference in the space: the study will have no baseline[/red]")
     return st, opened.directory
+
+
+def announce_prior(setup: TuningSetup, st: optuna.Study) -> None:
+    """Say what the prior reasoned (console and study log) and enqueue its candidates after the baseline."""
+    import logging
+
+    prior = setup.apply_prior()
+    if prior is None:
+        return
+    for line in prior.lines:
+        logging.getLogger("autotune.prior").info(line)
+        console.print(line, style="dim", markup=False, soft_wrap=True)
+    added = prior.enqueue(st)
+    if added:
+        console.print(f"prior: {len(added)} informed candidate(s) enqueued after the baseline", style="dim")
 
 
 def _trials_to_run(st: optuna.Study, n_trials: int, total_trials: int | None) -> int:
@@ -265,6 +286,7 @@ def _run_trials(
         on_trial_start=on_start,
         on_trial_done=on_done,
         journal=PendingJournal(Path(evaluator.log_dir)),
+        **setup.study_hooks(),
     )
 
 
@@ -312,6 +334,10 @@ def _dry_run(setup: TuningSetup, plan: BaselinePlan, samples: int, seed: int, ac
     )  # fmt: skip
     for pname, reason in setup.space.unsupported.items():
         out.print(f"# not tuned with profile {setup.profile.name}: {pname}: {reason}")
+    prior = setup.apply_prior()
+    for line in prior.lines if prior is not None else ():
+        out.print(f"# {line}", soft_wrap=True)
+    out.print(f"# {setup.pass_plan.describe()}; pruning {'on' if setup.choices.prune else 'off'}")
     checked = setup.checker() is not None
     formats = {n: q.format for n, q in setup.space.parameters.items() if q.format}
     for p in previews:

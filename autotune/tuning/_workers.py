@@ -266,6 +266,7 @@ def run_worker(
                 if on_trial_done is not None:
                     on_trial_done(rep)
 
+            setup.apply_prior()  # the same prediction and veto in every worker (the parent enqueued)
             run_study(
                 study=study,
                 space=setup.space,
@@ -278,6 +279,7 @@ def run_worker(
                 trial_attrs=attrs,
                 should_stop=should_stop,
                 journal=PendingJournal(study_directory(spec.studies_dir, spec.study)),
+                **setup.study_hooks(),
             )
             return ran["n"]
 

@@ -19,6 +19,8 @@ Faults, from the environment:
   FAKE_TTFT_S=S             a fixed time to first token (e.g. 0 for replayer load tests)
   FAKE_TTFT_SCALE=X         multiply the modelled time to first token (so it dominates the HTTP overhead)
   FAKE_RESTART_JITTER=CV    each start draws a factor N(1, CV) for its time to first token
+  FAKE_RESET_KEEPS=1        POST /reset_prefix_cache answers success but keeps the cache (a leaking tier)
+POST /reset_prefix_cache empties its prefix cache, and exists only with VLLM_SERVER_DEV_MODE=1 (as vLLM).
 A --kv-cache-memory-bytes below 16M triples the time to first token (a starved KV pool).
 
 It accepts a deep backlog of connections (the replayer opens up to 1024 at once) and answers a
@@ -73,6 +75,7 @@ class _State:
         self.queries = 0
         self.hits = 0
         self.seen: set[str] = set()
+        self.resets = 0
         bs = args.block_size
         mnbt = args.max_num_batched_tokens
         # Made-up latency model with an interior optimum: block size 64, larger batches better.
@@ -162,6 +165,16 @@ def _make_handler(state: _State):
             body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))) or b"{}")
             if key and self.headers.get("Authorization") != f"Bearer {key}":
                 self._json(401, {"error": "Unauthorized"})
+                return
+            if self.path.split("?")[0] == "/reset_prefix_cache":
+                if os.environ.get("VLLM_SERVER_DEV_MODE") != "1":
+                    self._json(404, {"detail": "Not Found"})
+                    return
+                with state.lock:
+                    state.resets += 1
+                    if not os.environ.get("FAKE_RESET_KEEPS"):
+                        state.seen.clear()
+                self._json(200, {"success": True})
                 return
             with state.lock:
                 state.requests += 1

@@ -35,7 +35,7 @@ WRITERS, TRIALS = 4, 15
 
 
 def _evaluator(slot: int):  # type: ignore[no-untyped-def]
-    def evaluate(number: int, rendered: RenderedConfig) -> TrialRecord:
+    def evaluate(number: int, rendered: RenderedConfig, progress: object = None) -> TrialRecord:
         figures = {
             "completed": 10,
             "failed": 0,

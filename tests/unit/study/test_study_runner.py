@@ -77,7 +77,7 @@ class FakeEvaluator:
     def __init__(self) -> None:
         self.calls: list[tuple[int, RenderedConfig]] = []
 
-    def __call__(self, number: int, rendered: RenderedConfig) -> TrialRecord:
+    def __call__(self, number: int, rendered: RenderedConfig, progress: object = None) -> TrialRecord:
         self.calls.append((number, rendered))
         args = list(rendered.args)
         if "--kv-offloading-size" in args:
@@ -227,7 +227,7 @@ def test_best_feasible_is_none_when_nothing_is_feasible(storage_url: str) -> Non
     objective = Objective()
     study = load_or_create(storage_url, "s", objective, seed=0)
 
-    def always_fails(number: int, rendered: RenderedConfig) -> TrialRecord:
+    def always_fails(number: int, rendered: RenderedConfig, progress: object = None) -> TrialRecord:
         return TrialRecord(status=TrialStatus.FAILED, failure="out_of_memory", reason="CUDA out of memory")
 
     run_study(study=study, space=SPACE, evaluator=always_fails, objective=objective, n_trials=2)
@@ -289,7 +289,7 @@ def test_a_re_proposed_configuration_reuses_the_earlier_measurement(tmp_path) ->
     )
     calls: list[tuple[str, ...]] = []
 
-    def evaluator(number, rendered):  # type: ignore[no-untyped-def]
+    def evaluator(number, rendered, progress=None):  # type: ignore[no-untyped-def]
         calls.append(rendered.args)
         t = [RequestTiming("r", None, 0.0, 0.0, 0.01, 0.02, (0.01,), 2, 5)]
         return TrialRecord(status=TrialStatus.OK, figures=Figures(summarize(t, 1.0).as_dict()))

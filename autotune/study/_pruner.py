@@ -1,0 +1,103 @@
+"""Early stopping: a trial whose running objective is worse than the incumbent's at the same point
+of the same replay, by more than the noise measured in this study, stops there.
+
+Trials report their objective at checkpoints of each pass (a quarter of the workload's requests,
+half, ...), so a step means the same requests for every trial: the comparison is like with like
+(early requests of a prefix-heavy replay have no cache hits for anyone). The margin is the larger
+of a floor and ``k`` times the pooled relative spread of the objective over the repeated passes
+that trials have recorded; inside the first pass it widens by ``sqrt(checkpoints / q)`` since a
+quarter of the requests makes a noisier percentile. The baseline is never pruned, nor anything
+before half of the first pass.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import optuna
+
+from autotune.study._record import BASELINE_ATTR, read_record
+
+__all__ = ["IncumbentPruner"]
+
+
+@dataclass
+class IncumbentPruner(optuna.pruners.BasePruner):
+    """An Optuna pruner; :meth:`reason` says why (or None), :meth:`prune` is its yes/no."""
+
+    metric: str = "ttft_p90"
+    checkpoints: int = 4
+    floor: float = 0.25  # never prune within 25% of the incumbent
+    k: float = 3.0  # ... nor within k x the measured pass-to-pass relative spread
+    min_step: int = 2  # not before half of the first pass
+
+    last_reason: str | None = None  # why the last ``prune`` said yes
+
+    def prune(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> bool:
+        self.last_reason = self.reason(study, trial)
+        return self.last_reason is not None
+
+    def reason(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> str | None:
+        step = trial.last_step
+        if step is None or step < self.min_step or trial.user_attrs.get(BASELINE_ATTR):
+            return None
+        value = trial.intermediate_values.get(step)
+        incumbent = self._incumbent(study)
+        if value is None or incumbent is None or math.isnan(value):
+            return None
+        ref = self._at_step(study, incumbent, step)
+        if ref is None or math.isnan(ref) or ref <= 0:
+            return None
+        margin = self.margin(study, step)
+        minimize = study.direction == optuna.study.StudyDirection.MINIMIZE
+        worse = value > ref * (1 + margin) if minimize else value < ref / (1 + margin)
+        if not worse:
+            return None
+        ratio = value / ref
+        where = self._where(step)
+        return (
+            f"{self.metric} {value:.4g} at {where} is {ratio:.2f}x trial {incumbent.number}'s {ref:.4g} at the "
+            f"same point, beyond the {margin:.0%} noise margin"
+        )
+
+    def margin(self, study: optuna.Study, step: int) -> float:
+        noise = self.noise(study)
+        base = max(self.floor, self.k * noise) if noise is not None else self.floor
+        q = step % self.checkpoints or self.checkpoints
+        first_pass = step <= self.checkpoints
+        return base * math.sqrt(self.checkpoints / q) if first_pass else base
+
+    def noise(self, study: optuna.Study) -> float | None:
+        """Pooled relative standard deviation of the objective over the passes of measured trials."""
+        squares: list[float] = []
+        for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
+            values = read_record(t).pass_values(self.metric) if t.user_attrs.get("passes") else []
+            if len(values) < 2:
+                continue
+            mean = sum(values) / len(values)
+            if mean <= 0:
+                continue
+            var = sum((v - mean) ** 2 for v in values) / (len(values) - 1)
+            squares.append(var / mean**2)
+        return math.sqrt(sum(squares) / len(squares)) if squares else None
+
+    def _where(self, step: int) -> str:
+        p, q = divmod(step - 1, self.checkpoints)
+        return f"pass {p + 1}, {q + 1}/{self.checkpoints} of its requests"
+
+    def _incumbent(self, study: optuna.Study) -> optuna.trial.FrozenTrial | None:
+        from autotune.study._runner import best_feasible
+
+        return best_feasible(study)
+
+    @staticmethod
+    def _at_step(study: optuna.Study, trial: optuna.trial.FrozenTrial, step: int) -> float | None:
+        """The incumbent's running value at ``step`` (a reused measurement: its original's)."""
+        if step in trial.intermediate_values:
+            return trial.intermediate_values[step]
+        twin = read_record(trial).duplicate_of
+        if twin is None:
+            return None
+        original = study.get_trials(deepcopy=False)[twin]
+        return original.intermediate_values.get(step)

@@ -1,0 +1,335 @@
+"""The workload-aware prior: before launching anything, what the KV cache can do for this workload.
+
+The tool knows the workload's prompts (as the model's tokenizer cuts them), the KV bytes per token
+and each configuration's KV capacity (the memory estimate). Replaying the prompts' block chains
+through an LRU cache of that capacity predicts the prefix-cache hit share of a configuration, as
+vLLM's prefix cache would see it if requests ran one at a time (running requests pin their blocks,
+so under load the real share is lower; the prediction ranks configurations, it is not a figure).
+vLLM frees a request's blocks tail first, so a prompt's shared head stays longest: the chains are
+touched in reverse. A CPU offload pool keeps a copy of every computed block (write-through), so
+with a pool the cache holds about ``max(GPU KV, pool)`` tokens.
+
+From that: the informed candidates enqueued right after the baseline (the memory setting with the
+best predicted hits, then, when a pool can add hits, the smallest pool that holds them), pool sizes
+above the one that holds the whole working set dropped, and offload measured at most once when the
+numbers say it cannot help (later proposals with a pool are not launched; they are recorded as
+such). Every prediction is stored on its trial next to the measured hit rates.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import optuna
+
+from autotune.space import Parameter, SearchSpace, render_values
+from autotune.study import read_record
+from autotune.workload import PromptTokenizer, WordTokenizer, Workload, load_tokenizer
+
+if TYPE_CHECKING:
+    from autotune.tuning._setup import TuningSetup
+
+__all__ = ["POOL_PARAM", "Prior", "build_prior", "lru_hit_share"]
+
+log = logging.getLogger(__name__)
+POOL_PARAM = "cpu_swap_space_gb"
+KV_PARAMS = ("gpu_memory_utilization", "kv_cache_memory_bytes")
+GAIN = 0.02  # a pool (or a block size) must add this share of prompt tokens to count
+GiB = 2**30
+
+
+@dataclass(frozen=True)
+class _Chains:
+    """Each request's block chain keys (prefix order) and how many of its blocks may hit."""
+
+    block_size: int
+    requests: tuple[tuple[tuple[int, ...], int], ...]
+    prompt_tokens: int
+    distinct: int
+
+
+def _chains(prompts: Sequence[Sequence[int]], block_size: int) -> _Chains:
+    out: list[tuple[tuple[int, ...], int]] = []
+    seen: set[int] = set()
+    for ids in prompts:
+        chain, keys = 0, []
+        for b in range(len(ids) // block_size):
+            chain = hash((chain, tuple(ids[b * block_size : (b + 1) * block_size])))
+            keys.append(chain)
+        seen.update(keys)
+        out.append((tuple(keys), max(len(ids) - 1, 0) // block_size))
+    return _Chains(block_size, tuple(out), sum(len(p) for p in prompts), len(seen))
+
+
+def lru_hit_share(chains: _Chains, capacity_tokens: int) -> float:
+    """Share of prompt tokens an LRU prefix cache of ``capacity_tokens`` serves (requests one at a time)."""
+    if not chains.prompt_tokens:
+        return 0.0
+    capacity = capacity_tokens // chains.block_size
+    cache: OrderedDict[int, None] = OrderedDict()
+    unlimited = capacity >= chains.distinct
+    hits = 0
+    for keys, hittable in chains.requests:
+        for b in range(hittable):
+            if keys[b] in cache:
+                hits += 1
+            else:
+                break  # a chain misses from its first missing block on
+        for key in reversed(keys):  # tail first: the shared head ends most recently used
+            cache[key] = None
+            cache.move_to_end(key)
+        if not unlimited:
+            while len(cache) > capacity:
+                cache.popitem(last=False)
+    return hits * chains.block_size / chains.prompt_tokens
+
+
+@dataclass
+class Prior:
+    """The reasoning (``lines``), the informed ``candidates``, the shrunk ``space`` and the hooks the
+    study runs with (``predict`` stored on every trial, ``veto`` asked before every launch)."""
+
+    lines: list[str]
+    space: SearchSpace
+    candidates: list[dict[str, Any]] = field(default_factory=list)
+    _setup: TuningSetup | None = None
+    _chains: dict[int, _Chains] = field(default_factory=dict)
+    _hits: dict[tuple[int, int], float] = field(default_factory=dict)
+    _prompts: list[list[int]] = field(default_factory=list)
+    offload_helps: bool | None = None
+
+    # -- predictions -------------------------------------------------------------------------
+    def chains(self, block_size: int) -> _Chains:
+        if block_size not in self._chains:
+            self._chains[block_size] = _chains(self._prompts, block_size)
+        return self._chains[block_size]
+
+    def hit_share(self, block_size: int, capacity_tokens: int) -> float:
+        key = (block_size, capacity_tokens)
+        if key not in self._hits:
+            self._hits[key] = lru_hit_share(self.chains(block_size), capacity_tokens)
+        return self._hits[key]
+
+    def capacity(self, values: Mapping[str, Any]) -> tuple[int, int, int] | None:
+        """(GPU KV tokens, block size, pool tokens) of a configuration, from the memory estimate."""
+        setup = self._setup
+        if setup is None or setup.guard is None:
+            return None
+        argv = setup.engine_argv(render_values(self.space, dict(values)).args if values else ())
+        estimate = setup.guard.check(argv).estimate
+        if estimate is None or estimate.kv_tokens <= 0:
+            return None
+        pool_gib = float(values.get(POOL_PARAM) or 0)
+        per_token = setup.guard.shape.kv_bytes_per_token()
+        pool = int(pool_gib * GiB / per_token) if per_token else 0
+        return estimate.kv_tokens, estimate.block_size, pool
+
+    def predict(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        """What the prior expects of a configuration (stored on its trial next to the measurement)."""
+        cap = self.capacity(values)
+        if cap is None or not self._prompts:
+            return {}
+        gpu, block, pool = cap
+        caching = values.get("enable_prefix_caching", True) is not False
+        gpu_only = self.hit_share(block, gpu) if caching else 0.0
+        out: dict[str, Any] = {
+            "gpu_kv_tokens": gpu,
+            "block_size": block,
+            "prefix_hit_gpu": round(gpu_only, 4),
+            "prefix_hit_bound": round(self.chains(block).prompt_tokens and self.bound(block), 4),
+        }
+        if pool:
+            out["pool_tokens"] = pool
+            out["prefix_hit_with_pool"] = round(self.hit_share(block, max(gpu, pool)) if caching else 0.0, 4)
+        return out
+
+    def bound(self, block_size: int) -> float:
+        return self.hit_share(block_size, self.chains(block_size).distinct * block_size)
+
+    # -- the study's hooks -------------------------------------------------------------------
+    def veto(self, study: optuna.Study, values: Mapping[str, Any]) -> str | None:
+        """Offload that cannot add hits is measured once, as a check; later ones are not launched."""
+        if not float(values.get(POOL_PARAM) or 0):
+            return None
+        p = self.predict(values)
+        if not p or p.get("prefix_hit_with_pool", 0.0) - p["prefix_hit_gpu"] >= GAIN:
+            return None
+        for t in study.get_trials(deepcopy=False):
+            if t.state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED):
+                rec = read_record(t)
+                if (
+                    float(t.params.get(POOL_PARAM) or 0)
+                    and rec.failure != "prior"
+                    and rec.duplicate_of is None
+                ):
+                    return (
+                        f"offload cannot add prefix hits here: the working set fits the GPU KV "
+                        f"({p['gpu_kv_tokens']:,} tokens; predicted {p['prefix_hit_gpu']:.1%} without the pool, "
+                        f"{p['prefix_hit_with_pool']:.1%} with it), and trial {t.number} already checked offload"
+                    )
+        return None
+
+    def enqueue(self, study: optuna.Study) -> list[dict[str, Any]]:
+        """Enqueue the candidates no trial has measured or queued yet (after the baseline)."""
+        known = [t.params for t in study.get_trials(deepcopy=False)]
+        known += [
+            t.system_attrs.get("fixed_params", {})
+            for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
+        ]
+        added = []
+        for c in self.candidates:
+            if any(all(k.get(n) == v for n, v in c.items()) for k in known if k):
+                continue
+            study.enqueue_trial(c, user_attrs={"informed": True})
+            added.append(c)
+        return added
+
+
+def _values_of(p: Parameter) -> list[Any]:
+    if p.type == "categorical" and p.choices:
+        return list(p.choices)
+    if p.type == "bool":
+        return [True, False]
+    if p.low is None or p.high is None:
+        return []
+    step = p.step or (p.high - p.low) / 9
+    n = round((p.high - p.low) / step)
+    vals = [p.low + i * step for i in range(n + 1)]
+    return [round(v) if p.type == "int" else round(v, 6) for v in vals]
+
+
+def _defaults(space: SearchSpace) -> dict[str, Any]:
+    """Each tunable parameter at vLLM's default, where the space names one."""
+    return {n: p.default for n, p in space.tunable.items() if p.default is not None and p.condition is None}
+
+
+def _tokenize(workload: Workload, model: str) -> tuple[list[list[int]], str]:
+    tok: PromptTokenizer
+    try:
+        tok = load_tokenizer(model)
+    except Exception:  # a hub name, or no tokenizer files: words are close enough to rank
+        tok = WordTokenizer()
+    return [tok.prompt_ids(r) for r in workload.requests], tok.name
+
+
+def build_prior(setup: TuningSetup) -> Prior:
+    """The prior for this setup (needs the memory estimate: without --check-memory it says so)."""
+    space = setup.space
+    prior = Prior(lines=[], space=space, _setup=setup)
+    if setup.guard is None:
+        prior.lines.append("prior: off (memory checks are off, so KV capacities are unknown)")
+        return prior
+    prior._prompts, tok_name = _tokenize(setup.workload, setup.choices.model)
+    tunable = space.tunable
+    base = _defaults(space)
+    blocks = [b for b in _values_of(tunable["block_size"])] if "block_size" in tunable else [None]
+    kv_knobs = [n for n in KV_PARAMS if n in tunable]
+    kv_values = _values_of(tunable[kv_knobs[0]]) if kv_knobs else [None]
+    rows: list[tuple[float, dict[str, Any], tuple[int, int, int]]] = []
+    for kv in kv_values:
+        for b in blocks:
+            values = dict(base)
+            if kv is not None:
+                values[kv_knobs[0]] = kv
+            if b is not None:
+                values["block_size"] = b
+            values.pop(POOL_PARAM, None)
+            if "enable_prefix_caching" in tunable:
+                values["enable_prefix_caching"] = True
+            if setup.fit_reasons(render_values(space, values).args):
+                continue
+            cap = prior.capacity(values)
+            if cap is None:
+                continue
+            rows.append((prior.hit_share(cap[1], cap[0]), values, cap))
+    if not rows:
+        prior.lines.append(
+            "prior: no configuration of the space has a KV estimate here: no informed candidates"
+        )
+        return prior
+    first_block = rows[0][2][1]
+    ch = prior.chains(first_block)
+    per_token = setup.guard.shape.kv_bytes_per_token()
+    prior.lines.append(
+        f"prior: {len(setup.workload)} requests, {ch.prompt_tokens:,} prompt tokens ({tok_name}); an unlimited "
+        f"prefix cache serves {prior.bound(first_block):.1%} of them at block {first_block}; working set "
+        f"{ch.distinct * first_block:,} tokens = {ch.distinct * first_block * per_token / GiB:.2f} GiB of KV"
+    )
+    default_block = tunable["block_size"].default if "block_size" in tunable else None
+    best_hit = max(r[0] for r in rows)
+    # ties (within GAIN): vLLM's default block size first, then the largest KV
+    close = [r for r in rows if r[0] >= best_hit - GAIN]
+    close.sort(key=lambda r: (r[2][1] == default_block, r[2][0]), reverse=True)
+    hit, best, (gpu, block, _) = close[0]
+    prior.candidates.append(dict(best))
+    bound = prior.bound(block)
+    prior.lines.append(
+        f"prior: best memory setting {_fmt(best, [*kv_knobs, 'block_size'])}: KV cache {gpu:,} tokens, predicted prefix "
+        f"hits {hit:.1%} of prompt tokens (unlimited cache: {bound:.1%})"
+    )
+    if POOL_PARAM in tunable:
+        prior.space = _offload_plan(prior, tunable[POOL_PARAM], best, gpu, block, hit, ch.distinct * block)
+    prior.lines.append(
+        "prior: informed candidates after the baseline: "
+        + "; ".join(_fmt(c, list(c)) for c in prior.candidates)
+    )
+    return prior
+
+
+def _offload_plan(
+    prior: Prior, pool: Parameter, best: dict[str, Any], gpu: int, block: int, hit: float, working_tokens: int
+) -> SearchSpace:
+    space = prior.space
+    sizes = sorted(float(c) for c in _values_of(pool) if float(c or 0) > 0)
+    if not sizes:
+        return space
+    per_pool = [(s, prior.hit_share(block, max(gpu, _pool_tokens(prior, s)))) for s in sizes]
+    top = max(h for _, h in per_pool)
+    holding = next((s for s in sizes if _pool_tokens(prior, s) >= working_tokens), sizes[-1])
+    if top - hit >= GAIN:
+        prior.offload_helps = True
+        chosen = next(s for s, h in per_pool if h >= top - GAIN / 4)
+        prior.candidates.append({**best, POOL_PARAM: _as_choice(pool, chosen)})
+        prior.lines.append(
+            f"prior: a host pool adds prefix hits: the working set ({working_tokens:,} tokens) exceeds the GPU KV "
+            f"({gpu:,}); {chosen:g} GiB predicts {dict(per_pool)[chosen]:.1%} against {hit:.1%} on the GPU alone"
+        )
+    else:
+        prior.offload_helps = False
+        prior.candidates.append({**best, POOL_PARAM: _as_choice(pool, sizes[0])})
+        prior.lines.append(
+            f"prior: a host pool cannot add prefix hits (predicted {top:.1%} with the largest pool against {hit:.1%} "
+            f"without): offload is measured once, as a check ({sizes[0]:g} GiB), and not launched again"
+        )
+    if pool.type == "categorical" and pool.choices:
+        kept = tuple(c for c in pool.choices if float(c or 0) <= holding)
+        if len(kept) < len(pool.choices):
+            prior.lines.append(
+                f"prior: pool sizes above {holding:g} GiB dropped ({holding:g} GiB holds the whole working set): "
+                f"choices {list(pool.choices)} -> {list(kept)}"
+            )
+            params = dict(space.parameters)
+            params[POOL_PARAM] = pool.model_copy(update={"choices": kept})
+            return space.model_copy(update={"parameters": params})
+    return space
+
+
+def _as_choice(p: Parameter, value: float) -> Any:
+    for c in p.choices or ():
+        if float(c or 0) == value:
+            return c
+    return value
+
+
+def _pool_tokens(prior: Prior, gib: float) -> int:
+    assert prior._setup is not None and prior._setup.guard is not None
+    per_token = prior._setup.guard.shape.kv_bytes_per_token()
+    return int(gib * GiB / per_token) if per_token else 0
+
+
+def _fmt(values: Mapping[str, Any], names: Sequence[str]) -> str:
+    return ", ".join(f"{n}={values[n]}" for n in names if n in values) or "(defaults)"

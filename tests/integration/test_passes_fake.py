@@ -1,0 +1,101 @@
+"""Repeated passes on one started engine and early stopping, against the fake server."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import optuna
+import pytest
+
+from autotune.bench import ArrivalSpec
+from autotune.engine import LaunchSpec
+from autotune.space import RenderedConfig, load_search_space
+from autotune.study import IncumbentPruner, Objective, TrialStatus, load_or_create, read_record, run_study
+from autotune.tuning import VllmEvaluator
+from autotune.tuning._passes import DEV_MODE_ENV, PassPlan
+from autotune.workload import load_workload
+from tests.conftest import FAKE_LAUNCHER, MARK_ENV
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def _workload(path: Path, n: int = 16) -> Path:
+    doc = " ".join(f"w{i % 50}" for i in range(300))
+    with path.open("w") as f:
+        for i in range(n):
+            f.write(json.dumps({"prompt": f"{doc} q{i}", "max_tokens": 2, "timestamp": i * 0.01}) + "\n")
+    return path
+
+
+def _evaluator(
+    tmp_path: Path, mark: str, passes: int, env: dict[str, str] | None = None, n: int = 16
+) -> VllmEvaluator:
+    spec = LaunchSpec(
+        model="fake-model",
+        launcher=FAKE_LAUNCHER,
+        env={MARK_ENV: mark, "FAKE_TTFT_SCALE": "5", **(env or {})},
+        fixed_args=(("--max-model-len", "1024"),),
+        startup_timeout_s=20,
+        stop_timeout_s=2,
+    )
+    wl = load_workload(_workload(tmp_path / "wl.jsonl", n))
+    return VllmEvaluator(
+        spec=spec, workload=wl, arrival=ArrivalSpec(mode="timestamps"), log_dir=tmp_path, warmup_requests=0,
+        passes=PassPlan(count=passes),
+    )  # fmt: skip
+
+
+def test_three_passes_on_one_engine_with_the_cache_emptied_between_them(tmp_path: Path, mark: str) -> None:
+    rec = _evaluator(tmp_path, mark, 3, dict(DEV_MODE_ENV))(0, RenderedConfig(args=()))
+    assert rec.status is TrialStatus.OK, rec.reason
+    assert len(rec.passes) == 3 and rec.figures is not None and rec.figures.completed == 3 * 16
+    hits = [p["prefix_hit_rate"] for p in rec.passes]
+    assert hits[0] > 0.5 and max(hits) - min(hits) < 0.02  # each pass starts from an empty cache
+    assert not [n for n in rec.notes if "cache" in n], rec.notes  # the reset emptied it
+    values = rec.pass_values("ttft_p90")
+    assert sorted(values)[1] == pytest.approx(rec.figures.get("ttft_p90"), abs=1e-3)  # the median pass
+    assert rec.pass_spread("ttft_p90") is not None
+
+
+def test_a_reset_that_leaves_the_cache_full_is_said_on_the_record(tmp_path: Path, mark: str) -> None:
+    rec = _evaluator(tmp_path, mark, 2, {**DEV_MODE_ENV, "FAKE_RESET_KEEPS": "1"}, n=4)(
+        0, RenderedConfig(args=())
+    )
+    assert rec.status is TrialStatus.OK
+    assert any("did not empty every cache tier" in n for n in rec.notes), rec.notes
+
+
+def test_without_dev_mode_the_trial_keeps_its_first_pass_and_says_why(tmp_path: Path, mark: str) -> None:
+    rec = _evaluator(tmp_path, mark, 3)(0, RenderedConfig(args=()))
+    assert rec.status is TrialStatus.OK and len(rec.passes) == 1
+    assert any("404" in n and "VLLM_SERVER_DEV_MODE=1" in n for n in rec.notes), rec.notes
+
+
+SPACE = """
+name: fake
+platform: cpu
+parameters:
+  kv_cache_memory_bytes: {type: categorical, choices: [8, 64], format: "{}M", flag: --kv-cache-memory-bytes}
+"""
+
+
+def test_a_trial_far_worse_than_the_incumbent_is_pruned_and_the_baseline_never_is(
+    tmp_path: Path, mark: str
+) -> None:
+    (tmp_path / "space.yaml").write_text(SPACE)
+    space = load_search_space(tmp_path / "space.yaml")
+    evaluator = _evaluator(tmp_path, mark, 2, dict(DEV_MODE_ENV))
+    objective = Objective()
+    study = load_or_create(f"sqlite:///{tmp_path}/s.db", "s", objective, seed=0)
+    study.enqueue_trial({"kv_cache_memory_bytes": 64})
+    study.enqueue_trial({"kv_cache_memory_bytes": 8})  # a starved pool: 3x the time to first token
+    run_study(study=study, space=space, evaluator=evaluator, objective=objective, n_trials=3,
+              pruner=IncumbentPruner())  # fmt: skip
+    states = [t.state for t in study.trials]
+    assert states[:2] == [optuna.trial.TrialState.COMPLETE] * 2
+    assert states[2] == optuna.trial.TrialState.PRUNED
+    rec = read_record(study.trials[2])
+    assert rec.status is TrialStatus.PRUNED and rec.reason and "noise margin" in rec.reason
+    assert rec.figures is not None and 0 < rec.figures.completed < 2 * 16  # stopped before its last pass
+    assert study.trials[0].intermediate_values  # the baseline reports too, it is just never pruned

@@ -1,0 +1,76 @@
+"""The pruner compares like with like (the same step of the same replay) and never prunes the baseline."""
+
+from __future__ import annotations
+
+import optuna
+import pytest
+
+from autotune.study import BASELINE_ATTR, IncumbentPruner, TrialRecord, TrialStatus, write_record
+from autotune.study._record import Figures
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def _study() -> optuna.Study:
+    return optuna.create_study(direction="minimize")
+
+
+def _complete(study: optuna.Study, final: float, steps: dict[int, float], *, passes: list[float] | None = None,
+              baseline: bool = False) -> None:  # fmt: skip
+    t = study.ask()
+    for step, v in steps.items():
+        t.report(v, step)
+    rec = TrialRecord(
+        status=TrialStatus.OK,
+        figures=Figures({"percentiles_ms": {"ttft_p90": final}, "completed": 10}),
+        baseline=baseline,
+        constraints=(-1.0,),  # feasible
+        passes=tuple({"ttft_p90": v} for v in passes or ()),
+    )
+    write_record(t, rec)
+    if baseline:
+        t.set_user_attr(BASELINE_ATTR, True)
+    study.tell(t, final)
+
+
+def _running(
+    study: optuna.Study, steps: dict[int, float], *, baseline: bool = False
+) -> optuna.trial.FrozenTrial:
+    t = study.ask()
+    if baseline:
+        t.set_user_attr(BASELINE_ATTR, True)
+    for step, v in steps.items():
+        t.report(v, step)
+    return study.get_trials(deepcopy=False)[t.number]
+
+
+def test_a_trial_far_worse_than_the_incumbent_at_the_same_point_is_pruned_with_the_reason() -> None:
+    study = _study()
+    _complete(study, 100.0, {1: 150.0, 2: 120.0, 3: 110.0, 4: 100.0}, baseline=True)
+    pruner = IncumbentPruner()
+    frozen = _running(study, {1: 600.0, 2: 400.0})
+    assert pruner.prune(study, frozen)
+    assert pruner.last_reason is not None
+    assert "3.33x trial 0's 120 at the same point" in pruner.last_reason
+    assert "pass 1, 2/4 of its requests" in pruner.last_reason
+
+
+def test_nothing_is_pruned_within_the_noise_nor_before_half_a_pass_nor_the_baseline() -> None:
+    study = _study()
+    _complete(study, 100.0, {1: 150.0, 2: 120.0, 3: 110.0, 4: 100.0})
+    pruner = IncumbentPruner()
+    assert not pruner.prune(study, _running(study, {1: 900.0}))  # a quarter of the requests: too early
+    assert not pruner.prune(study, _running(study, {1: 150.0, 2: 160.0}))  # 1.33x < 1 + 0.25 x sqrt(2)
+    assert not pruner.prune(study, _running(study, {1: 900.0, 2: 900.0}, baseline=True))
+
+
+def test_the_margin_grows_with_the_noise_measured_over_passes() -> None:
+    quiet, noisy = _study(), _study()
+    _complete(quiet, 100.0, {4: 100.0}, passes=[99.0, 100.0, 101.0])
+    _complete(noisy, 100.0, {4: 100.0}, passes=[70.0, 100.0, 130.0])
+    pruner = IncumbentPruner()
+    assert pruner.margin(quiet, 8) == pytest.approx(0.25)  # the floor
+    assert pruner.margin(noisy, 8) == pytest.approx(0.9, rel=0.01)  # 3 x a 30% relative SD
+    assert pruner.margin(quiet, 2) == pytest.approx(0.25 * 2**0.5)  # half a pass: a noisier percentile
+    trial = _running(noisy, {5: 150.0, 6: 180.0, 8: 180.0})
+    assert not pruner.prune(noisy, trial)  # 1.8x is within a 90% margin
