@@ -6,7 +6,14 @@
 from __future__ import annotations
 
 from autotune.engine._argcheck import ArgCheck, VllmArgChecker, checker_env
-from autotune.engine._launch import CPU_LAUNCHER, GPU_LAUNCHER, LaunchSpec, build_argv, parse_engine_args
+from autotune.engine._launch import (
+    CACHE_ENV_DIRS,
+    CPU_LAUNCHER,
+    GPU_LAUNCHER,
+    LaunchSpec,
+    build_argv,
+    parse_engine_args,
+)
 from autotune.engine._lease import (
     LEASE_DIR_ENV,
     LEASE_ENV,
@@ -47,14 +54,17 @@ from autotune.engine._shm import (
     clean_stale_shm,
 )
 from autotune.engine._sizing import EngineSizing, parse_size, sizing_from_argv
+from autotune.engine._startup import STARTUP_PHASES, startup_phases
 from autotune.engine._vllm import VLLM, VllmEngine
 
 __all__ = [
+    "CACHE_ENV_DIRS",
     "CPU_LAUNCHER",
     "DEFAULT_ENGINE_SHM_PATTERNS",
     "GPU_LAUNCHER",
     "LEASE_DIR_ENV",
     "LEASE_ENV",
+    "STARTUP_PHASES",
     "VLLM",
     "ArgCheck",
     "ArgChecker",
@@ -101,6 +111,7 @@ __all__ = [
     "safe_python_env",
     "select_profile",
     "sizing_from_argv",
+    "startup_phases",
     "stop_all",
     "stop_leftover_engines",
     "supported_knobs",

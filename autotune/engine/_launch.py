@@ -7,11 +7,13 @@ import shlex
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from autotune.errors import ConfigError
 from autotune.space import FlagPairs, RenderedConfig, flag_pairs
 
 __all__ = [
+    "CACHE_ENV_DIRS",
     "CPU_LAUNCHER",
     "GPU_LAUNCHER",
     "LaunchSpec",
@@ -23,6 +25,23 @@ __all__ = [
 # ``vllm`` script (PackageNotFoundError), so it is started through the module.
 GPU_LAUNCHER: tuple[str, ...] = ("vllm", "serve")
 CPU_LAUNCHER: tuple[str, ...] = (sys.executable, "-P", "-m", "vllm.entrypoints.openai.api_server")
+
+# What a restart can reuse, each under its own folder of LaunchSpec.cache_dir. VLLM_CACHE_ROOT
+# (vllm/envs.py; default ~/.cache/vllm) holds torch_compile_cache/ (the compiled graphs, keyed
+# by the compile hash, with the Inductor and Triton artifacts vLLM itself points
+# TORCHINDUCTOR_CACHE_DIR and TRITON_CACHE_DIR at while it compiles:
+# vllm/compilation/decorators.py and compiler_interface.py, 0.26 and 0.32), modelinfos/ (the
+# model inspection the API server runs before it starts the engine) and
+# flashinfer_autotune_cache/. TORCHINDUCTOR_CACHE_DIR (torch/_inductor/runtime/cache_dir_utils.py;
+# default /tmp/torchinductor_$USER) and TRITON_CACHE_DIR (triton/knobs.py; default
+# ~/.triton/cache) cover what compiles outside vLLM's compile step: Triton kernels JIT-compiled
+# in eager mode, and Inductor before vLLM redirects it. vLLM 0.32 keeps a TRITON_CACHE_DIR it
+# is given; 0.26 replaces it while compiling.
+CACHE_ENV_DIRS: tuple[tuple[str, str], ...] = (
+    ("VLLM_CACHE_ROOT", "vllm"),
+    ("TORCHINDUCTOR_CACHE_DIR", "inductor"),
+    ("TRITON_CACHE_DIR", "triton"),
+)
 
 # Never put these in argv: other users of the machine can read it.
 _SECRET_FLAGS = {"--api-key"}
@@ -85,6 +104,9 @@ class LaunchSpec:
     host: str = "127.0.0.1"
     startup_timeout_s: float = 600.0
     stop_timeout_s: float = 20.0
+    # Compile and kernel caches shared by every start of this spec (the study's folder), so a
+    # restart loads what an earlier trial compiled; None leaves vLLM's defaults (the user's home).
+    cache_dir: Path | None = None
 
     @property
     def model_positional(self) -> bool:
@@ -96,7 +118,16 @@ class LaunchSpec:
                 return value
         return None
 
+    def cache_env(self) -> dict[str, str]:
+        """The cache variables of :data:`CACHE_ENV_DIRS` under :attr:`cache_dir` (absolute),
+        less any that :attr:`env` sets: a value the user gave explicitly wins."""
+        if self.cache_dir is None:
+            return {}
+        root = Path(self.cache_dir).expanduser().resolve()
+        return {name: str(root / sub) for name, sub in CACHE_ENV_DIRS if name not in self.env}
+
     def process_env(self, rendered: RenderedConfig) -> dict[str, str]:
+        """The engine's environment; creates the cache folders of :meth:`cache_env`."""
         env = dict(os.environ)
         env.pop("VLLM_API_KEY", None)
         # PYTHONSAFEPATH: the working directory is never on vLLM's module path (a ``secrets.py``
@@ -109,6 +140,9 @@ class LaunchSpec:
             }
         )
         env.update(self.env)
+        for name, path in self.cache_env().items():  # over an inherited value: this spec chose them
+            Path(path).mkdir(parents=True, exist_ok=True)
+            env[name] = path
         env.update(rendered.env)
         if self.api_key:
             env["VLLM_API_KEY"] = self.api_key

@@ -16,6 +16,7 @@ from autotune.engine._platform import InstalledEngine, default_launcher, install
 from autotune.engine._process import EngineProcess
 from autotune.engine._profiles import EngineProfile, default_space_path, preview_profile, select_profile
 from autotune.engine._sizing import EngineSizing, sizing_from_argv
+from autotune.engine._startup import startup_phases
 from autotune.space import FlagPairs, RenderedConfig
 
 __all__ = ["VLLM", "VllmEngine"]
@@ -71,6 +72,9 @@ class VllmEngine:
 
     def kv_capacity(self, log_text: str) -> KvCapacity | None:
         return parse_kv_capacity(log_text)
+
+    def startup_phases(self, log_text: str) -> dict[str, float]:
+        return startup_phases(log_text)
 
 
 VLLM = VllmEngine()
