@@ -74,6 +74,19 @@ def trial_line(rep: TrialReport, metric: str) -> str:
     return head + ": " + body + best
 
 
+def _passes_note(rec: TrialRecord, metric: str) -> str:
+    """``\n3 passes ±4%``: how many replays the figure is the median of, and their spread."""
+    spread = rec.pass_spread(metric)
+    return f"\n{len(rec.passes)} passes ±{spread / 2:.0%}" if spread is not None else ""
+
+
+def _predicted_note(rec: TrialRecord) -> str:
+    """The prior's predicted prefix-hit share (with the pool, when there is one)."""
+    p = rec.predicted
+    pred = p.get("prefix_hit_with_pool", p.get("prefix_hit_gpu"))
+    return f"\npred {pred:.0%}" if isinstance(pred, int | float) else ""
+
+
 def _peak_gib(rec: TrialRecord) -> str:
     mem = rec.memory
     peak = max(mem.get("gpu_used_peak") or [0]) or mem.get("rss_peak") or 0
@@ -105,10 +118,10 @@ def study_table(study: optuna.Study, metric: str) -> Table:
             str(t.number),
             status,
             _what(rec, t.params, formats, "\n"),
-            fmt_value(metric, t.value) if rec.ok else "-",
+            (fmt_value(metric, t.value) + _passes_note(rec, metric)) if rec.ok else "-",
             fmt_value("ttft_p50", rec.figures.get("ttft_p50")) if rec.ok and rec.figures else "-",
             f"{rec.figures.output_throughput:.1f}" if rec.ok and rec.figures else "-",
-            f"{hit:.0%}" if hit is not None else "-",
+            (f"{hit:.0%}" if hit is not None else "-") + _predicted_note(rec),
         ]
         if not cpu_build:
             row.append(f"{host:.0%}" if host is not None else "-")

@@ -155,7 +155,12 @@ class VllmEvaluator:
             requests_path=str(requests_path),
             kv_tokens=kv.tokens if kv else None,
             kv_max_concurrency=kv.max_concurrency if kv else None,
-            timings_s={"startup": proc.startup_s or 0.0, **phase, "teardown": teardown},
+            timings_s={
+                "startup": proc.startup_s or 0.0,
+                **{f"startup_{k}": v for k, v in self.engine.startup_phases(proc.log_text()).items()},
+                **phase,
+                "teardown": teardown,
+            },
             memory=peak,
             violations=violations,
             passes=measured.summaries,

@@ -15,7 +15,7 @@ import os
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -139,8 +139,11 @@ class TuningSetup:
 
     def evaluator(self, log_dir: Path, *, check_args: bool = True) -> VllmEvaluator:
         """An evaluator that measures exactly as a study trial does, logging under ``log_dir``."""
+        # vLLM's compile and kernel caches shared by every engine of the study (or of the
+        # comparison): a restart of a configuration seen before skips most of its compilation
+        spec = self.launch if self.launch.cache_dir else replace(self.launch, cache_dir=log_dir / "cache")
         return VllmEvaluator(
-            spec=self.launch,
+            spec=spec,
             workload=self.workload,
             arrival=self.arrival,
             log_dir=log_dir,

@@ -15,6 +15,7 @@ from autotune.export import export_best
 from autotune.space import load_search_space
 from autotune.study import Objective, load_or_create, run_study
 from autotune.tuning import VllmEvaluator
+from autotune.tuning._passes import DEV_MODE_ENV, PassPlan
 from autotune.workload import load_workload
 from tests.conftest import MARK_ENV, REPO
 
@@ -57,8 +58,9 @@ def test_three_trial_study_on_real_vllm_exports_a_config_vllm_accepts(
         model=str(tiny_model),
         launcher=CPU_LAUNCHER,
         fixed_args=parse_engine_args(FIXED),
-        env={MARK_ENV: mark},
+        env={MARK_ENV: mark, **DEV_MODE_ENV},
         startup_timeout_s=240,
+        cache_dir=tmp_path / "cache",
     )
     obj = Objective(metric="ttft_p90", min_throughput_ratio=0.5)
     study = load_or_create(f"sqlite:///{tmp_path / 'study.db'}", "real", obj, seed=7)
@@ -86,6 +88,7 @@ def test_three_trial_study_on_real_vllm_exports_a_config_vllm_accepts(
             arrival=ArrivalSpec(mode="timestamps"),
             log_dir=tmp_path / "logs",
             arg_checker=checker,
+            passes=PassPlan(count=2),  # two replays per engine, vLLM's prefix cache emptied between them
         )
         run_study(study=study, space=space, evaluator=evaluator, objective=obj, n_trials=3)
 
@@ -95,11 +98,17 @@ def test_three_trial_study_on_real_vllm_exports_a_config_vllm_accepts(
             a = t.user_attrs
             assert a["status"] == "ok", (a.get("reason"), a.get("log_tail"))
             f = a["figures"]
-            assert f["completed"] == 10 and f["failed"] == 0
+            assert f["completed"] == 2 * 10 and f["failed"] == 0 and len(a["passes"]) == 2
             assert 0 < f["percentiles_ms"]["ttft_p50"] <= f["percentiles_ms"]["ttft_p90"]
             assert f["output_throughput"] > 0
             assert a["metrics"] is not None  # /metrics was read before and after the run
             assert a["timings_s"]["startup"] > 1
+            assert a["timings_s"]["startup_imports"] > 0 and a["timings_s"]["startup_init_engine"] > 0
+            assert not [n for n in a["notes"] if "cache" in n], a["notes"]  # the reset emptied the cache
+        # vLLM's own reset: the second pass of the baseline hits the shared documents as the first did
+        h1, h2 = (p["prefix_hit_rate"] for p in trials[0].user_attrs["passes"])
+        assert h1 > 0.3 and abs(h1 - h2) < 0.1, (h1, h2)
+        assert any((tmp_path / "cache" / "vllm").iterdir())  # vLLM's cache root is the study's
         # The KV capacity line: vLLM sized the cache from the trial's --kv-cache-memory-bytes.
         assert trials[1].user_attrs["kv_tokens"] < trials[0].user_attrs["kv_tokens"]
         # Prefix caching off -> vLLM reports no hits; on -> the shared documents hit.

@@ -1,0 +1,338 @@
+"""Issue 14 on the CPU build: what the prior, the repeated passes and the pruner buy per engine start.
+
+Every measurement goes through the tool's own evaluator (``build_setup(...).evaluator``), exactly as
+a study trial measures: one fresh vLLM engine per configuration, warm-up, then ``--passes`` replays
+with the prefix cache emptied between them (``POST /reset_prefix_cache``). The per-request timings
+of every pass are kept (the evaluator's ``trial-NNNN.requests.npz``, passes in order, requests in
+completion order), so the pruner can be judged offline on real measurements.
+
+    python benchmarks/search_learning.py grid --workload examples/rag.jsonl --speed 3 --out G1.json
+    python benchmarks/search_learning.py grid --workload W.jsonl --speed 1 --out G2.json
+    python benchmarks/search_learning.py repeat --restarts 6 --out R.json
+    python benchmarks/search_learning.py report G1.json G2.json R.json
+
+``grid``: every configuration of benchmarks/data/grid_space.yaml (18), once each, with 3 passes.
+``repeat``: the study's baseline (vLLM's defaults with the fixed flags) on ``--restarts`` fresh
+engines with auto passes: the CV over restarts of the first pass alone (a one-pass trial) and of
+the trial's figure (median of the passes), and the trial time against a one-pass trial.
+``report``: (1) the prior's first informed candidate against the median configuration of the grid
+(the expected random trial); (2) the pruner replayed on the measured passes, over many trial orders:
+replay time saved, and whether it ever pruned the configuration that is best without it; (3) the
+CV table. No engine runs in ``report``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import _common as c
+import numpy as np
+import optuna
+
+from autotune.space import load_search_space, render_values
+from autotune.study import Figures, IncumbentPruner, TrialRecord, TrialStatus, write_record
+from autotune.tuning import build_setup
+from autotune.tuning._requests import read_request_timings
+
+SPACE_PATH = c.REPO / "benchmarks" / "data" / "grid_space.yaml"
+CHECKPOINTS = 4
+
+
+def _grid_points(space: Any) -> list[dict[str, Any]]:
+    import itertools
+
+    names = list(space.tunable)
+    choices = [list(p.choices) if p.choices else [True, False] for p in (space.tunable[n] for n in names)]
+    return [dict(zip(names, combo, strict=True)) for combo in itertools.product(*choices)]
+
+
+def _key(values: Mapping[str, Any]) -> str:
+    return json.dumps(dict(values), sort_keys=True)
+
+
+def _pass_ttfts(npz: str, n: int, passes: int) -> list[list[float]]:
+    """TTFT (ms, NaN for failures) of each pass, requests in completion order."""
+    data = read_request_timings(npz)
+    ttft = np.where(data["ok"], data["ttft"] * 1000.0, np.nan) if data else np.array([])
+    return [ttft[k * n : (k + 1) * n].tolist() for k in range(passes)]
+
+
+def _record_entry(rec: TrialRecord, n: int) -> dict[str, Any]:
+    out: dict[str, Any] = {"status": rec.status.value, "failure": rec.failure, "reason": rec.reason}
+    if rec.ok and rec.figures is not None:
+        out.update(
+            ttft_p90=rec.figures.get("ttft_p90"),
+            passes=[dict(p) for p in rec.passes],
+            notes=list(rec.notes),
+            predicted=dict(rec.predicted),
+            prefix_hit_rate=rec.metrics.prefix_hit_rate if rec.metrics else None,
+            timings_s=dict(rec.timings_s),
+            pass_ttft_ms=_pass_ttfts(rec.requests_path or "", n, len(rec.passes)),
+        )
+    return out
+
+
+def cmd_grid(args: argparse.Namespace) -> dict[str, Any]:
+    model = c.bench_model(args.models_dir)
+    choices = c.tuning_choices(model, args.workload, quick=False, speed=args.speed, space=SPACE_PATH)
+    from dataclasses import replace
+
+    choices = replace(choices, passes=str(args.passes))
+    env, load0, t0 = c.environment(), c.load_average(), time.monotonic()
+    log_dir = args.work_dir / f"learning-grid-{time.strftime('%Y%m%d-%H%M%S')}"
+    table: dict[str, Any] = {}
+    with build_setup(choices) as setup:
+        setup.check_fixed_flags()
+        prior = setup.apply_prior()
+        assert prior is not None
+        space = load_search_space(SPACE_PATH)  # the whole grid, whatever the prior would drop
+        evaluator = setup.evaluator(log_dir)
+        points = _grid_points(space)
+        random.Random(args.seed).shuffle(points)
+        for i, values in enumerate(points):
+            rec = evaluator(i, render_values(space, values))
+            entry = {"values": values, "order": i, **_record_entry(rec, len(setup.workload))}
+            entry["predicted"] = prior.predict(values)
+            table[_key(values)] = entry
+            c.log.warning("grid %d/%d %s: %s p90 %s", i + 1, len(points), values, rec.status.value,
+                          entry.get("ttft_p90"))  # fmt: skip
+        return {
+            "benchmark": "search_learning/grid",
+            "env": env,
+            "workload": str(args.workload),
+            "requests": len(setup.workload),
+            "arrival": setup.arrival.describe(),
+            "fixed_args": list(c.fixed_args(quick=False)),
+            "passes": args.passes,
+            "prior": {"lines": prior.lines, "candidates": prior.candidates},
+            "baseline": _key({"kv_cache_memory_bytes": 20, "block_size": 128, "enable_prefix_caching": True}),
+            "configs": table,
+            "load_average": {"start": load0, "end": c.load_average()},
+            "wall_s": time.monotonic() - t0,
+        }
+
+
+def cmd_repeat(args: argparse.Namespace) -> dict[str, Any]:
+    model = c.bench_model(args.models_dir)
+    choices = c.tuning_choices(model, args.workload, quick=False, speed=args.speed, space=SPACE_PATH)
+    from dataclasses import replace
+
+    from autotune.space import RenderedConfig
+
+    choices = replace(choices, passes="auto")
+    env, load0, t0 = c.environment(), c.load_average(), time.monotonic()
+    log_dir = args.work_dir / f"learning-repeat-{time.strftime('%Y%m%d-%H%M%S')}"
+    runs = []
+    with build_setup(choices) as setup:
+        setup.check_fixed_flags()
+        evaluator = setup.evaluator(log_dir)
+        for i in range(args.restarts):
+            t = time.monotonic()
+            rec = evaluator(i, RenderedConfig(args=()))
+            entry = _record_entry(rec, len(setup.workload))
+            entry["wall_s"] = time.monotonic() - t
+            runs.append(entry)
+            c.log.warning("restart %d: p90 %s passes %s", i, entry.get("ttft_p90"),
+                          [p.get("ttft_p90") for p in entry.get("passes", [])])  # fmt: skip
+        return {
+            "benchmark": "search_learning/repeat",
+            "env": env,
+            "workload": str(args.workload),
+            "requests": len(setup.workload),
+            "arrival": setup.arrival.describe(),
+            "runs": runs,
+            "load_average": {"start": load0, "end": c.load_average()},
+            "wall_s": time.monotonic() - t0,
+        }
+
+
+# -- report (no engine) --------------------------------------------------------------------------
+def _cv(xs: Sequence[float]) -> float:
+    return statistics.stdev(xs) / statistics.mean(xs) if len(xs) > 1 else float("nan")
+
+
+def prior_vs_random(grid: Mapping[str, Any]) -> dict[str, Any]:
+    ok = {k: e for k, e in grid["configs"].items() if e["status"] == "ok" and e.get("ttft_p90") is not None}
+    values = sorted(e["ttft_p90"] for e in ok.values())
+    first = _key(grid["prior"]["candidates"][0]) if grid["prior"]["candidates"] else None
+    # the candidate may name parameters outside the grid (vLLM defaults): match on the grid's own keys
+    match = None
+    if first is not None:
+        cand = json.loads(first)
+        for e in ok.values():
+            if all(cand.get(n) == v for n, v in e["values"].items()):
+                match = e
+    best = min(values) if values else None
+    rank = 1 + sum(v < match["ttft_p90"] for v in values) if match else None
+    hits = [(e["predicted"].get("prefix_hit_gpu"), e.get("prefix_hit_rate")) for e in ok.values()]
+    hits = [(p, m) for p, m in hits if p is not None and m is not None]
+    rho = _spearman([p for p, _ in hits], [m for _, m in hits]) if len(hits) > 2 else None
+    return {
+        "candidate": grid["prior"]["candidates"][0] if grid["prior"]["candidates"] else None,
+        "candidate_p90": match["ttft_p90"] if match else None,
+        "candidate_rank": rank,
+        "configs": len(values),
+        "median_p90": statistics.median(values) if values else None,
+        "best_p90": best,
+        "predicted_vs_measured_hits_spearman": rho,
+        "lines": grid["prior"]["lines"],
+    }
+
+
+def _spearman(a: Sequence[float], b: Sequence[float]) -> float:
+    ra, rb = np.argsort(np.argsort(a)), np.argsort(np.argsort(b))
+    return float(np.corrcoef(ra, rb)[0, 1])
+
+
+def _steps(entry: Mapping[str, Any], n: int) -> dict[int, float]:
+    """The running p90 each checkpoint of each pass reported (as the evaluator computes it)."""
+    out: dict[int, float] = {}
+    for k, ttfts in enumerate(entry["pass_ttft_ms"]):
+        for q in range(1, CHECKPOINTS + 1):
+            m = max(1, round(n * q / CHECKPOINTS))
+            part = [x for x in ttfts[:m] if not np.isnan(x)]
+            if part:
+                out[k * CHECKPOINTS + q] = float(np.percentile(part, 90))
+    return out
+
+
+def prune_replay(grid: Mapping[str, Any], orders: int, seed: int) -> dict[str, Any]:
+    """The pruner on the measured passes: every configuration once, baseline first, in random orders."""
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    n = grid["requests"]
+    ok = {k: e for k, e in grid["configs"].items() if e["status"] == "ok" and e.get("pass_ttft_ms")}
+    steps = {k: _steps(e, n) for k, e in ok.items()}
+    best_key = min(ok, key=lambda k: ok[k]["ttft_p90"])
+    base = grid["baseline"]
+    rng = random.Random(seed)
+    saved, pruned_best, same_winner, pruned_counts = [], 0, 0, []
+    for _ in range(orders):
+        rest = [k for k in ok if k != base]
+        rng.shuffle(rest)
+        order = ([base] if base in ok else []) + rest
+        study = optuna.create_study(direction="minimize")
+        pruner = IncumbentPruner()
+        used = total = 0
+        pruned = []
+        for k in order:
+            e, t = ok[k], study.ask()
+            last = max(steps[k])
+            stopped = None
+            for step in sorted(steps[k]):
+                t.report(steps[k][step], step)
+                frozen = study.get_trials(deepcopy=False)[t.number]
+                if k != base and pruner.prune(study, frozen):
+                    stopped = step
+                    break
+            total += last
+            if stopped is not None:
+                used += stopped
+                pruned.append(k)
+                study.tell(t, state=optuna.trial.TrialState.PRUNED)
+                continue
+            used += last
+            rec = TrialRecord(
+                status=TrialStatus.OK,
+                figures=Figures({"percentiles_ms": {"ttft_p90": e["ttft_p90"]}, "completed": n}),
+                constraints=(-1.0,),
+                passes=tuple(e["passes"]),
+                baseline=k == base,
+            )
+            write_record(t, rec)
+            study.tell(t, e["ttft_p90"])
+        saved.append(1 - used / total)
+        pruned_best += best_key in pruned
+        winner = min(
+            (t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE), key=lambda t: t.value
+        )
+        same_winner += order[winner.number] == best_key
+        pruned_counts.append(len(pruned))
+    return {
+        "orders": orders,
+        "configs": len(ok),
+        "replay_saved_median": statistics.median(saved),
+        "replay_saved_min_max": [min(saved), max(saved)],
+        "pruned_per_order_median": statistics.median(pruned_counts),
+        "best_pruned_in_orders": pruned_best,
+        "same_winner_in_orders": same_winner,
+        "best": json.loads(best_key),
+    }
+
+
+def repeat_table(rep: Mapping[str, Any]) -> dict[str, Any]:
+    runs = [r for r in rep["runs"] if r["status"] == "ok"]
+    first = [r["passes"][0]["ttft_p90"] for r in runs]
+    trial = [r["ttft_p90"] for r in runs]
+    within = [_cv([p["ttft_p90"] for p in r["passes"]]) for r in runs if len(r["passes"]) > 1]
+    ratio = []
+    for r in runs:
+        ts = r["timings_s"]
+        one = ts.get("startup", 0) + ts.get("warmup", 0) + r["passes"][0]["duration_s"]
+        whole = ts.get("startup", 0) + ts.get("warmup", 0) + ts.get("measure", 0)
+        ratio.append(whole / one)
+    return {
+        "restarts": len(runs),
+        "passes": [len(r["passes"]) for r in runs],
+        "first_pass_p90": first,
+        "trial_p90": trial,
+        "cv_one_pass": _cv(first),
+        "cv_trial": _cv(trial),
+        "cv_within_engine_median": statistics.median(within) if within else None,
+        "trial_time_vs_one_pass": [round(x, 2) for x in ratio],
+    }
+
+
+def cmd_report(args: argparse.Namespace) -> dict[str, Any]:
+    out: dict[str, Any] = {"grids": [], "repeat": None}
+    for path in args.files:
+        data = json.loads(Path(path).read_text())
+        if data["benchmark"] == "search_learning/grid":
+            out["grids"].append(
+                {
+                    "file": str(path),
+                    "workload": data["workload"],
+                    "prior": prior_vs_random(data),
+                    "pruner": prune_replay(data, args.orders, args.seed),
+                }
+            )
+        else:
+            out["repeat"] = repeat_table(data)
+    print(json.dumps(out, indent=1, default=str))
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = c.base_parser(__doc__ or "")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    g = sub.add_parser("grid")
+    r = sub.add_parser("repeat")
+    for s in (g, r):
+        s.add_argument("--workload", type=Path, default=c.EXAMPLES / "rag.jsonl")
+        s.add_argument("--speed", type=float, default=3.0)
+        s.add_argument("--out", type=Path, required=True)
+        s.add_argument("--seed", type=int, default=0)
+    g.add_argument("--passes", type=int, default=3)
+    r.add_argument("--restarts", type=int, default=6)
+    rp = sub.add_parser("report")
+    rp.add_argument("files", nargs="+", type=Path)
+    rp.add_argument("--orders", type=int, default=200)
+    rp.add_argument("--seed", type=int, default=0)
+    rp.add_argument("--out", type=Path)
+    args = p.parse_args(argv)
+    c.setup_logging(args.verbose)
+    result = {"grid": cmd_grid, "repeat": cmd_repeat, "report": cmd_report}[args.cmd](args)
+    if args.out is not None:
+        c.write_json(args.out, result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
