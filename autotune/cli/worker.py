@@ -54,7 +54,7 @@ _FIELDS = {
     "history": "history", "api_key_env": "api_key_env", "host_share": "host_share",
     "allow_swap": "allow_swap", "check_memory": "check_memory", "check_args": "check_args",
     "skip_bad_lines": "skip_bad_lines", "objective": "objective", "slo": "slos",
-    "min_throughput_ratio": "min_throughput_ratio",
+    "min_throughput_ratio": "min_throughput_ratio", "passes": "passes", "prune": "prune", "prior": "prior",
 }  # fmt: skip
 
 
