@@ -12,15 +12,17 @@ from autotune.bench._prometheus import (
     parse_metrics,
     scrape_metrics,
 )
-from autotune.bench._replay import DEFAULT_MAX_IN_FLIGHT, ReplayResult, ReplayTarget, replay, warm_up
+from autotune.bench._replay import DEFAULT_MAX_IN_FLIGHT, ReplayResult, replay, warm_up
+from autotune.bench._request import ReplayTarget
 from autotune.bench._timing import RequestTiming, ScheduleLag, schedule_lag
-from autotune.bench._transport import ShardedTransport, replay_client
+from autotune.bench._transport import Http11Transport, replay_client
 
 __all__ = [
     "DEFAULT_MAX_IN_FLIGHT",
     "PERCENTILES",
     "VLLM_METRICS",
     "ArrivalSpec",
+    "Http11Transport",
     "MetricNames",
     "MetricsDelta",
     "MetricsSnapshot",
@@ -28,7 +30,6 @@ __all__ = [
     "ReplayTarget",
     "RequestTiming",
     "ScheduleLag",
-    "ShardedTransport",
     "TrialFigures",
     "failure_counts",
     "meets_slos",

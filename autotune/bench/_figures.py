@@ -3,8 +3,10 @@
 TTFT: first streamed chunk minus send time. ITL: gaps between chunks (pooled over requests).
 TPOT: (latency - TTFT) / (output tokens - 1) per request. E2EL: last chunk minus send time.
 Goodput: requests per second that met every SLO. Times are reported in milliseconds.
-Besides the latencies: whether the replayer kept to its schedule (``behind_schedule``), and the
-commonest reasons requests failed (``failures``), so a failed trial can say why.
+Besides the latencies: whether the replayer kept to its schedule (``behind_schedule``: when not,
+the server got another load than planned and the figures are unreliable; ``schedule_note`` says
+how late and why), and the commonest reasons requests failed (``failures``), so a failed trial can
+say why.
 """
 
 from __future__ import annotations
@@ -40,10 +42,12 @@ class TrialFigures:
     lag_p99_ms: float  # how late requests left versus plan
     # New fields have defaults: figures stored by an older version still load with TrialFigures(**d).
     behind_schedule: bool = False  # lag p99 above the tolerance (see bench._timing.schedule_lag)
-    schedule_note: str = ""  # one line saying how far behind; empty when on schedule
+    schedule_note: str = ""  # one line saying how far behind and why; empty when on schedule
     # failed requests by reason ("HTTP 400: This model's maximum context length is 2048 tokens."),
     # the commonest first, at most TOP_FAILURES reasons (the rest under "other")
     failures: Mapping[str, int] = field(default_factory=dict)
+    lag_max_ms: float = 0.0  # the latest request's lag
+    lag_tolerance_ms: float = 0.0  # the lag p99 allowed for this run; 0.0 in figures stored before it
 
     def metric(self, name: str) -> float:
         """Any figure by name: ``ttft_p90``, ``tpot_mean``, ``output_throughput``, ``goodput``..."""
@@ -127,4 +131,6 @@ def summarize(
         behind_schedule=lag.behind,
         schedule_note=lag.note(),
         failures=failure_counts(timings),
+        lag_max_ms=lag.max_ms,
+        lag_tolerance_ms=lag.tolerance_ms,
     )

@@ -14,16 +14,21 @@ once did) put every request into httpx's connection pool together, whose bookkee
 quadratic in the requests and connections it holds (see :mod:`autotune.bench._transport`): 50,000
 requests at one timestamp sent nothing in 14 minutes and could not be interrupted. The client
 should come from :func:`autotune.bench.replay_client`, whose cost per request grows little with
-the number in flight. A request that waited for a slot leaves late: the lag shows in
-``ReplayResult.lag_p99_ms`` and ``behind_schedule`` (:func:`autotune.bench.schedule_lag`).
-Cancelling :func:`replay` (Ctrl-C and SIGTERM arrive as a cancellation) cancels every request in
+the number in flight.
+
+Lag (issue 14): every request records how late it left against its plan (``RequestTiming.lag``)
+and how much of that it spent waiting for a slot (``slot_wait``: requests in flight finished more
+slowly than the schedule sent new ones, usually because of the server; the rest is the replayer's
+own, its CPU or a busy event loop). A run whose
+lag p99 passes the tolerance of :func:`autotune.bench.schedule_lag` is ``behind_schedule``: the
+server got another load than planned, so its figures are unreliable. Cancelling :func:`replay` (Ctrl-C and SIGTERM arrive as a cancellation) cancels every request in
 flight and returns once they are closed.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
+import bisect
 import logging
 import random
 import time
@@ -36,6 +41,7 @@ import httpx
 import numpy as np
 
 from autotune.bench._arrivals import ArrivalSpec, plan_offsets
+from autotune.bench._request import ReplayTarget, send_request
 from autotune.bench._timing import RequestTiming, schedule_lag
 from autotune.workload import ChatMessage, Workload, WorkloadRequest
 
@@ -48,17 +54,6 @@ History = Literal["recorded", "actual"]
 # vLLM's own default --max-num-seqs on H100/H200-class GPUs: a server cannot run more at once,
 # so more requests in flight would only queue inside vLLM (or inside httpx) instead of here.
 DEFAULT_MAX_IN_FLIGHT = 1024
-_ERROR_EXCERPT = 300  # characters of a failed request's body kept in its timing
-
-
-@dataclass(frozen=True)
-class ReplayTarget:
-    base_url: str
-    model: str
-    api_key: str | None = None
-
-    def headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
 
 
 @dataclass(frozen=True)
@@ -67,105 +62,13 @@ class ReplayResult:
     duration_s: float  # first send to last completion
     arrival: str
     lag_p99_ms: float = 0.0  # how late requests left versus plan (p99 over all requests)
-    behind_schedule: bool = False  # lag p99 above the schedule's tolerance: the load was not as planned
-    schedule_note: str = ""  # one line saying how far behind; empty when on schedule
+    behind_schedule: bool = False  # lag p99 above the tolerance: the load was not as planned
+    schedule_note: str = ""  # one line saying how far behind and why; empty when on schedule
+    lag_max_ms: float = 0.0  # the latest request's lag
+    lag_tolerance_ms: float = 0.0  # the lag p99 allowed for this run (bench._timing.schedule_lag)
     max_in_flight: int = DEFAULT_MAX_IN_FLIGHT  # the limit on requests in flight
     # the most requests in flight at once; equal to max_in_flight when requests waited for a slot
     peak_in_flight: int = 0
-
-
-def _body(
-    req: WorkloadRequest, model: str, messages: list[dict[str, str]] | None
-) -> tuple[str, dict[str, Any]]:
-    common: dict[str, Any] = {
-        "model": model,
-        "max_tokens": req.max_tokens,
-        "ignore_eos": True,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-        "temperature": 0.0,
-    }
-    if req.prompt is not None:
-        return "/v1/completions", {**common, "prompt": req.prompt}
-    return "/v1/chat/completions", {**common, "messages": messages}
-
-
-def _chunk_text(obj: dict[str, Any]) -> str:
-    choice = obj["choices"][0]
-    if "text" in choice:
-        return str(choice.get("text") or "")
-    return str((choice.get("delta") or {}).get("content") or "")
-
-
-async def _send(
-    client: httpx.AsyncClient,
-    target: ReplayTarget,
-    req: WorkloadRequest,
-    messages: list[dict[str, str]] | None,
-    *,
-    t0: float,
-    scheduled: float,
-) -> tuple[RequestTiming, str]:
-    path, body = _body(req, target.model, messages)
-    st = time.perf_counter()
-    ttft: float | None = None
-    last = st
-    itl: list[float] = []
-    out_tokens = 0
-    prompt_tokens: int | None = None
-    text: list[str] = []
-    error: str | None = None
-    status: int | None = None
-    try:
-        async with client.stream("POST", target.base_url + path, json=body, headers=target.headers()) as resp:
-            status = resp.status_code
-            if resp.status_code != 200:
-                detail = (await resp.aread()).decode(errors="replace")[:_ERROR_EXCERPT]
-                error = f"HTTP {resp.status_code}: {detail}"
-            else:
-                async for line in resp.aiter_lines():
-                    if not line.startswith("data:"):
-                        continue
-                    data = line[5:].strip()
-                    if data == "[DONE]":
-                        # Read on to the end of the body (it ends here): a response left unread
-                        # closes its connection, and every request would open a new one.
-                        continue
-                    obj = json.loads(data)
-                    if obj.get("error"):  # vLLM reports a failure after the 200 inside the stream
-                        error = "stream error: " + data[:_ERROR_EXCERPT]
-                        break
-                    if obj.get("choices"):
-                        now = time.perf_counter()
-                        if ttft is None:
-                            ttft = now - st
-                        else:
-                            itl.append(now - last)
-                        last = now
-                        text.append(_chunk_text(obj))
-                    usage = obj.get("usage")
-                    if usage:
-                        out_tokens = int(usage.get("completion_tokens") or 0)
-                        prompt_tokens = usage.get("prompt_tokens")
-                if ttft is None and error is None:
-                    error = "stream ended without output"
-    except (httpx.HTTPError, json.JSONDecodeError, OSError) as exc:
-        error = f"{type(exc).__name__}: {exc}"
-    latency = (last - st) if ttft is not None else None
-    timing = RequestTiming(
-        request_id=req.id,
-        session=req.session_id,
-        scheduled=scheduled,
-        sent=st - t0,
-        ttft=ttft,
-        latency=latency,
-        itl=tuple(itl),
-        output_tokens=out_tokens if out_tokens else (len(itl) + 1 if ttft is not None else 0),
-        prompt_tokens=prompt_tokens,
-        error=error,
-        status=status,
-    )
-    return timing, "".join(text)
 
 
 def _messages_for(
@@ -197,14 +100,49 @@ class _Slots:
         self._now = 0
         self.peak = 0
 
-    async def acquire(self) -> None:
-        await self._free.acquire()
+    async def acquire(self) -> float:
+        """Take a slot; the seconds spent waiting for one (0.0 when one was free)."""
+        waited = 0.0
+        if self._free.locked():
+            t = time.perf_counter()
+            await self._free.acquire()
+            waited = time.perf_counter() - t
+        else:
+            await self._free.acquire()
         self._now += 1
         self.peak = max(self.peak, self._now)
+        return waited
 
     def release(self) -> None:
         self._now -= 1
         self._free.release()
+
+
+class _WaitClock:
+    """When the scheduler waited for a slot, so that a request that fell due while it waited counts
+    that wait as its own: with 100 requests due at once and 4 slots, the 5th request's lag and
+    the 6th's are both the wait for the first wave, though only the 5th called ``acquire`` then."""
+
+    def __init__(self) -> None:
+        self._starts: list[float] = []
+        self._ends: list[float] = []
+        self._total: list[float] = []  # the waiting done by the end of each wait
+
+    def add(self, start: float, end: float) -> None:
+        if end > start:
+            self._starts.append(start)
+            self._ends.append(end)
+            self._total.append((self._total[-1] if self._total else 0.0) + end - start)
+
+    def _until(self, t: float) -> float:
+        j = bisect.bisect_right(self._starts, t) - 1
+        if j < 0:
+            return 0.0
+        return self._total[j] - (self._ends[j] - min(t, self._ends[j]))
+
+    def between(self, t0: float, t1: float) -> float:
+        """Seconds of waiting between ``t0`` and ``t1`` (perf_counter)."""
+        return self._until(t1) - self._until(t0)
 
 
 def _wake_up(future: asyncio.Future[None]) -> None:
@@ -255,7 +193,7 @@ class _TaskSet:
 
     async def join(self) -> None:
         """Wait until every task finished; raise the first failure (HTTP failures are data, see
-        ``_send``: an exception here is a bug, raised as itself as ``asyncio.gather`` did)."""
+        ``send_request``: an exception here is a bug, raised as itself as ``asyncio.gather`` did)."""
         while self._running and self._failed is None:
             await asyncio.wait(set(self._running), return_when=asyncio.FIRST_EXCEPTION)
         if self._failed is not None:
@@ -293,8 +231,11 @@ async def replay(
     slots = _Slots(max_in_flight)
     t0 = time.perf_counter()
 
-    async def run_session(turns: Sequence[WorkloadRequest], start: float, *, holds_slot: bool) -> None:
-        """``holds_slot``: the scheduler already took the first turn's slot (released here)."""
+    async def run_session(
+        turns: Sequence[WorkloadRequest], start: float, *, holds_slot: bool, waited: float = 0.0
+    ) -> None:
+        """``holds_slot``: the scheduler already took the first turn's slot (released here), after
+        ``waited`` seconds."""
         outputs: list[str] = []
         ready = start
         first_ts = turns[0].timestamp
@@ -303,11 +244,17 @@ async def replay(
                 ready = max(ready, start + (req.timestamp - first_ts) / arrival.speed)
             if not holds_slot:
                 await _sleep_until(t0, ready)
-                await slots.acquire()
+                waited = await slots.acquire()
             holds_slot = False
             try:
-                timing, text = await _send(
-                    client, target, req, _messages_for(req, outputs, history), t0=t0, scheduled=ready
+                timing, text = await send_request(
+                    client,
+                    target,
+                    req,
+                    _messages_for(req, outputs, history),
+                    t0=t0,
+                    scheduled=ready,
+                    slot_wait=waited,
                 )
             finally:
                 slots.release()
@@ -319,14 +266,18 @@ async def replay(
             ready = max(ready, time.perf_counter() - t0) + think
 
     tasks = _TaskSet()
+    clock = _WaitClock()
     try:
         if offsets is not None:
             # One sleep at a time, in order of planned start: constant work per session.
             for k in np.argsort(offsets, kind="stable"):
                 start = float(offsets[k])
                 await tasks.sleep_until(t0, start)
-                await slots.acquire()  # back-pressure: a due session waits for a free slot
-                tasks.spawn(run_session(sessions[k], start, holds_slot=True))
+                before = time.perf_counter()
+                if await slots.acquire():  # back-pressure: a due session waits for a free slot
+                    clock.add(before, time.perf_counter())
+                waited = clock.between(min(t0 + start, before), time.perf_counter())
+                tasks.spawn(run_session(sessions[k], start, holds_slot=True, waited=waited))
         else:
             queue = deque(sessions)
 
@@ -353,6 +304,8 @@ async def replay(
         lag_p99_ms=lag.p99_ms,
         behind_schedule=lag.behind,
         schedule_note=lag.note(),
+        lag_max_ms=lag.max_ms,
+        lag_tolerance_ms=lag.tolerance_ms,
         max_in_flight=max_in_flight,
         peak_in_flight=slots.peak,
     )
@@ -388,7 +341,7 @@ async def warm_up(
             )
         else:
             req = WorkloadRequest(index=i, line=0, id=f"warmup-{i}", max_tokens=4, prompt=words)
-        timing, _ = await _send(
+        timing, _ = await send_request(
             client, target, req, _messages_for(req, [], "recorded"), t0=time.perf_counter(), scheduled=0
         )
         ok += timing.ok

@@ -11,12 +11,19 @@ import numpy as np
 
 __all__ = ["LAG_CEILING_MS", "LAG_FLOOR_MS", "RequestTiming", "ScheduleLag", "schedule_lag"]
 
-# A run is behind its schedule when the lag p99 exceeds 10% of the mean planned gap between
-# requests, kept within [LAG_FLOOR_MS, LAG_CEILING_MS]: a few ms is the event loop's own timer
-# jitter; 50 ms late is late whatever the rate.
+# A run is behind its schedule (its figures measure another load than planned) when the lag p99
+# exceeds a tenth of the larger of two times, kept within [LAG_FLOOR_MS, LAG_CEILING_MS]:
+# - the median time to first token: a request sent L late finds the server's queue at most about
+#   L of work different, so its TTFT moves by about L at most; a tenth of the median TTFT is below
+#   the run-to-run spread of a trial's TTFT percentiles (benchmarks/RESULTS.md, repeatability);
+# - the mean planned gap between requests: a lag that small against the spacing leaves the arrival
+#   pattern as planned, whatever the TTFT.
+# The floor is the event loop's own jitter (p99 3-4 ms on a busy 2-core machine at 250-500 req/s);
+# the ceiling says 50 ms late is late whatever the TTFT (an overloaded trial's TTFT of seconds
+# would otherwise excuse lags that reshape any sub-second burst).
 LAG_FLOOR_MS = 5.0
 LAG_CEILING_MS = 50.0
-_LAG_SHARE_OF_GAP = 0.1
+_LAG_SHARE = 0.1
 
 _MESSAGE_RE = re.compile(r'"message"\s*:\s*"((?:[^"\\]|\\.)*)')
 _REASON_CHARS = 200
@@ -39,6 +46,10 @@ class RequestTiming:
     # or the client's exception ("ConnectError: ..."); None when it succeeded
     error: str | None = None
     status: int | None = None  # HTTP status of the answer; None when no answer came (connection error)
+    # of ``sent - scheduled``, the seconds the request waited for one of the replayer's in-flight
+    # slots (all taken: requests finish more slowly than the schedule sends them); the rest of the
+    # lag is the replayer's own (CPU, a busy event loop)
+    slot_wait: float = 0.0
 
     @property
     def ok(self) -> bool:
@@ -88,36 +99,66 @@ class ScheduleLag:
     max_ms: float
     mean_gap_ms: float | None  # mean planned gap between requests (None for fewer than 2)
     tolerance_ms: float
+    ttft_p50_ms: float | None = None  # median time to first token of the requests that succeeded
+    # of the lag of the requests later than the tolerance, the share spent waiting for an in-flight
+    # slot (RequestTiming.slot_wait); None when none was that late
+    slot_share: float | None = None
 
     @property
     def behind(self) -> bool:
         return self.p99_ms > self.tolerance_ms
 
     def note(self) -> str:
-        """Empty when on schedule; else one line saying how far behind."""
+        """Empty when on schedule; else one line saying how far behind, against what, and why."""
         if not self.behind:
             return ""
-        gap = f", mean planned gap {self.mean_gap_ms:.1f} ms" if self.mean_gap_ms is not None else ""
+        basis = [f"median TTFT {self.ttft_p50_ms:.1f} ms"] if self.ttft_p50_ms is not None else []
+        if self.mean_gap_ms is not None:
+            basis.append(f"mean planned gap {self.mean_gap_ms:.1f} ms")
+        if self.slot_share is not None and self.slot_share >= 0.5:
+            why = (
+                f"{self.slot_share:.0%} of it waiting for an in-flight slot: requests in flight finished "
+                "more slowly than the schedule sent new ones (usually the server)"
+            )
+        else:
+            why = "the replayer itself was late (its CPU or a busy event loop), not waiting for a slot"
         return (
-            f"the replayer fell behind its schedule: lag p99 {self.p99_ms:.1f} ms (max {self.max_ms:.1f} ms), "
-            f"allowed {self.tolerance_ms:.1f} ms{gap}; the server got its requests later than planned"
+            f"replay behind its schedule, figures unreliable: lag p99 {self.p99_ms:.1f} ms "
+            f"(max {self.max_ms:.1f} ms), allowed {self.tolerance_ms:.1f} ms"
+            + (f" ({', '.join(basis)})" if basis else "")
+            + f"; {why}"
         )
 
 
+def _tolerance_ms(mean_gap_ms: float | None, ttft_p50_ms: float | None) -> float:
+    basis = max(mean_gap_ms or 0.0, ttft_p50_ms or 0.0)
+    if mean_gap_ms is None and ttft_p50_ms is None:
+        return LAG_CEILING_MS
+    return min(LAG_CEILING_MS, max(LAG_FLOOR_MS, _LAG_SHARE * basis))
+
+
 def schedule_lag(timings: Sequence[RequestTiming]) -> ScheduleLag:
-    """Lag percentiles of all requests (early ones count as 0) and the tolerance for this schedule."""
+    """Lag percentiles of all requests (early ones count as 0) and the tolerance for this run."""
     if not timings:
         return ScheduleLag(0.0, 0.0, 0.0, None, LAG_CEILING_MS)
-    lags = np.maximum(np.fromiter((t.lag for t in timings), float, len(timings)), 0.0) * 1000.0
-    scheduled = np.fromiter((t.scheduled for t in timings), float, len(timings))
-    gap = float(scheduled.max() - scheduled.min()) * 1000.0 / (len(timings) - 1) if len(timings) > 1 else None
-    tolerance = (
-        LAG_CEILING_MS if gap is None else min(LAG_CEILING_MS, max(LAG_FLOOR_MS, _LAG_SHARE_OF_GAP * gap))
-    )
+    n = len(timings)
+    lags = np.maximum(np.fromiter((t.lag for t in timings), float, n), 0.0) * 1000.0
+    scheduled = np.fromiter((t.scheduled for t in timings), float, n)
+    gap = float(scheduled.max() - scheduled.min()) * 1000.0 / (n - 1) if n > 1 else None
+    ttfts = [t.ttft for t in timings if t.ok and t.ttft is not None]
+    ttft = float(np.median(ttfts)) * 1000.0 if ttfts else None
+    tolerance = _tolerance_ms(gap, ttft)
+    late = lags > tolerance
+    share = None
+    if late.any():
+        waits = np.fromiter((t.slot_wait for t in timings), float, n)[late] * 1000.0
+        share = float(min(1.0, waits.sum() / lags[late].sum()))
     return ScheduleLag(
         p50_ms=float(np.percentile(lags, 50)),
         p99_ms=float(np.percentile(lags, 99)),
         max_ms=float(lags.max()),
         mean_gap_ms=gap,
         tolerance_ms=tolerance,
+        ttft_p50_ms=ttft,
+        slot_share=share,
     )

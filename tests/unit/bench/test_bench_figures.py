@@ -169,7 +169,7 @@ def test_more_than_five_reasons_keep_the_top_five_and_count_the_rest_as_other() 
 def test_figures_say_when_the_replayer_fell_behind() -> None:
     on_time = summarize(TIMINGS[:1], DURATION)
     assert not on_time.behind_schedule and on_time.schedule_note == ""
-    # TIMINGS: planned 0.5 s apart, so 50 ms are allowed; r2 left 20 ms late -> on schedule
+    # TIMINGS: planned 0.4 s apart on average, median TTFT 250 ms: 40 ms allowed; r2 left 20 ms late
     assert not summarize(TIMINGS, DURATION).behind_schedule
     late = (*TIMINGS, _t("late", 0.1, 0.2, (), 1, scheduled=1.7, sent=2.0))
     f = summarize(late, DURATION)
@@ -181,6 +181,9 @@ def test_figures_as_dict_are_json_and_load_again_also_without_the_newer_fields()
     d = json.loads(json.dumps(f.as_dict()))
     assert d["failures"] == {"HTTP 500: boom": 1, "HTTP 400: too long": 1}
     assert d["behind_schedule"] is False and d["schedule_note"] == ""
+    # planned 1.6 s / 5 = 320 ms apart (more than the median TTFT, 250 ms): a tenth of it allowed
+    assert d["lag_max_ms"] == pytest.approx(20.0) and d["lag_tolerance_ms"] == pytest.approx(32.0)
     assert TrialFigures(**d) == f
-    older = {k: v for k, v in d.items() if k not in ("behind_schedule", "schedule_note", "failures")}
-    assert TrialFigures(**older).failures == {}
+    newer = ("behind_schedule", "schedule_note", "failures", "lag_max_ms", "lag_tolerance_ms")
+    older = {k: v for k, v in d.items() if k not in newer}
+    assert TrialFigures(**older).failures == {} and TrialFigures(**older).lag_max_ms == 0.0

@@ -86,19 +86,61 @@ def test_a_successful_request_has_no_failure_reason() -> None:
     assert _sent(0.0, 0.0).failure_reason is None
 
 
+def _timed(scheduled: float, sent: float, ttft: float, slot_wait: float = 0.0) -> RequestTiming:
+    return RequestTiming("r", None, scheduled, sent, ttft, ttft, (), 1, 5, slot_wait=slot_wait)
+
+
 @pytest.mark.parametrize(
-    ("gap_s", "tolerance_ms"),
-    [(1.0, 50.0), (0.2, 20.0), (0.01, 5.0), (0.0, 5.0)],
-    ids=["slow: capped at 50 ms", "10% of the gap", "fast: floor 5 ms", "one timestamp"],
+    ("gap_s", "ttft_s", "tolerance_ms"),
+    [
+        (1.0, 0.01, 50.0),
+        (0.2, 0.01, 20.0),
+        (0.01, 0.01, 5.0),
+        (0.0, 0.01, 5.0),
+        (0.002, 0.2, 20.0),
+        (0.0, 0.08, 8.0),
+        (0.0, 3.0, 50.0),
+        (0.3, 0.1, 30.0),
+    ],
+    ids=[
+        "slow: capped at 50 ms",
+        "10% of the gap",
+        "fast: floor 5 ms",
+        "one timestamp",
+        "500 req/s, TTFT 200 ms: 10% of the TTFT",
+        "a burst, TTFT 80 ms",
+        "an overloaded server's TTFT of 3 s: still 50 ms",
+        "the larger of gap and TTFT",
+    ],
 )
-def test_the_lag_allowed_is_a_tenth_of_the_planned_gap_within_5_to_50_ms(
-    gap_s: float, tolerance_ms: float
+def test_the_lag_allowed_is_a_tenth_of_the_larger_of_planned_gap_and_median_ttft_within_5_to_50_ms(
+    gap_s: float, ttft_s: float, tolerance_ms: float
 ) -> None:
-    timings = [_sent(i * gap_s, i * gap_s + 0.001) for i in range(11)]
+    timings = [_timed(i * gap_s, i * gap_s + 0.001, ttft_s) for i in range(11)]
     lag = schedule_lag(timings)
     assert lag.tolerance_ms == pytest.approx(tolerance_ms)
     assert lag.p99_ms == pytest.approx(1.0)
     assert not lag.behind and lag.note() == ""
+
+
+def test_failed_requests_do_not_count_in_the_median_ttft() -> None:
+    ok = [_timed(0.0, 0.0, 0.2) for _ in range(3)]
+    assert schedule_lag([*ok, *(_failed("HTTP 500") for _ in range(5))]).ttft_p50_ms == pytest.approx(200.0)
+    assert schedule_lag([_failed("HTTP 500")]).ttft_p50_ms is None
+
+
+def test_the_note_says_whether_the_server_or_the_replayer_made_requests_late() -> None:
+    # 100 requests due at once, TTFT 100 ms (10 ms allowed), each 10 ms later than the one before
+    waited = [_timed(0.0, i * 0.01, 0.1, slot_wait=i * 0.01) for i in range(100)]
+    own = [_timed(0.0, i * 0.01, 0.1) for i in range(100)]
+    server, replayer = schedule_lag(waited), schedule_lag(own)
+    assert server.behind and replayer.behind
+    assert server.slot_share == pytest.approx(1.0) and replayer.slot_share == 0.0
+    assert (
+        "100% of it waiting for an in-flight slot: requests in flight finished more slowly" in server.note()
+    )
+    assert "the replayer itself was late" in replayer.note()
+    assert "median TTFT 100.0 ms" in server.note() and "allowed 10.0 ms" in server.note()
 
 
 def test_a_run_whose_lag_p99_exceeds_the_tolerance_is_behind_with_a_note() -> None:
