@@ -206,7 +206,6 @@ class VllmEvaluator:
         passes: list[PassResult] = []
         timings: list[RequestTiming] = []
         notes: list[str] = []
-        # small connection pools, least busy first: one pool of a thousand connections costs ~10x the CPU
         async with replay_client(max_in_flight=DEFAULT_MAX_IN_FLIGHT, timeout=timeout) as client:
             model = await self._served_model(client, proc.base_url)
             target = ReplayTarget(base_url=proc.base_url, model=model, api_key=self.spec.api_key)

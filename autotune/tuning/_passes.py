@@ -146,6 +146,8 @@ def combine_passes(passes: Sequence[TrialFigures]) -> TrialFigures:
         behind_schedule=bool(behind),
         schedule_note=behind[0].schedule_note if behind else first.schedule_note,
         failures=dict(sorted(failures.items(), key=lambda kv: -kv[1])),
+        lag_max_ms=max(p.lag_max_ms for p in passes),
+        lag_tolerance_ms=(behind[0] if behind else first).lag_tolerance_ms,
     )
 
 

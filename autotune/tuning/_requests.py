@@ -22,7 +22,8 @@ def _nan(x: float | None) -> float:
 
 def write_request_timings(timings: Sequence[RequestTiming], path: Path) -> Path:
     """Arrays in seconds (NaN where a request failed): scheduled, sent, ttft, latency, tpot;
-    output_tokens, status (0: no answer), ok. Written atomically."""
+    output_tokens, status (0: no answer), ok, slot_wait (the part of the lag spent waiting for an
+    in-flight slot). Written atomically."""
     arrays = {
         "scheduled": np.array([t.scheduled for t in timings], dtype=np.float64),
         "sent": np.array([t.sent for t in timings], dtype=np.float64),
@@ -32,6 +33,7 @@ def write_request_timings(timings: Sequence[RequestTiming], path: Path) -> Path:
         "output_tokens": np.array([t.output_tokens for t in timings], dtype=np.int32),
         "status": np.array([t.status or 0 for t in timings], dtype=np.int16),
         "ok": np.array([t.ok for t in timings], dtype=bool),
+        "slot_wait": np.array([t.slot_wait for t in timings], dtype=np.float64),
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".npz", dir=path.parent)
