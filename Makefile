@@ -41,7 +41,7 @@ lint: setup
 	$(BIN)/lint-imports
 
 test: lint
-	$(BIN)/python -m pytest -q -rs
+	$(BIN)/python -m pytest -q -rs --durations=40
 
 clean:
 	rm -rf $(VENV) .models studies/*.db studies/*/
