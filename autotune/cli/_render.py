@@ -64,7 +64,14 @@ def trial_line(rep: TrialReport, metric: str) -> str:
             f"{metric}={fmt_value(metric, rep.value)} ttft_p50={fmt_value('ttft_p50', ttft50)} "
             f"out={f.output_throughput if f else math.nan:.1f} tok/s failed={f.failed if f else 0}"
             + (f" prefix-hit={hit:.0%}" if hit is not None else "")
+            + _passes_note(rec, metric).replace("\n", " (")
+            + (")" if rec.pass_spread(metric) is not None else "")
             + ("" if rep.feasible else " [yellow](violates a constraint)[/yellow]")
+            + (
+                " [yellow](replay behind schedule)[/yellow]"
+                if f is not None and f.raw.get("behind_schedule")
+                else ""
+            )
         )
     best = (
         f" | best so far: #{rep.best_number} {fmt_value(metric, rep.best_value)}"

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import optuna
 
+from autotune.study._best import best_feasible
 from autotune.study._record import BASELINE_ATTR, read_record
 
 __all__ = ["IncumbentPruner"]
@@ -87,8 +88,6 @@ class IncumbentPruner(optuna.pruners.BasePruner):
         return f"pass {p + 1}, {q + 1}/{self.checkpoints} of its requests"
 
     def _incumbent(self, study: optuna.Study) -> optuna.trial.FrozenTrial | None:
-        from autotune.study._runner import best_feasible
-
         return best_feasible(study)
 
     @staticmethod

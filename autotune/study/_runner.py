@@ -18,6 +18,7 @@ import optuna
 
 from autotune.errors import StorageError
 from autotune.space import Parameter, RenderedConfig, SearchSpace, describe_values, render_values
+from autotune.study._best import best_feasible, completed_trials
 from autotune.study._journal import PendingJournal, storage_fault
 from autotune.study._objective import Objective
 from autotune.study._pruner import IncumbentPruner
@@ -85,13 +86,9 @@ def _suggest(trial: optuna.Trial, name: str, p: Parameter) -> Any:
     return trial.suggest_float(name, p.low, p.high, step=p.step, log=p.log)
 
 
-def _completed(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
-    return study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-
-
 def baseline_trial(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
     """The measured baseline, if it ran."""
-    for t in _completed(study):
+    for t in completed_trials(study):
         rec = read_record(t)
         if rec.baseline and rec.ok:
             return t
@@ -107,7 +104,7 @@ def _baseline_throughput(study: optuna.Study) -> float | None:
 def _measured_twin(
     study: optuna.Study, number: int, values: Mapping[str, Any]
 ) -> optuna.trial.FrozenTrial | None:
-    for t in _completed(study):
+    for t in completed_trials(study):
         if t.number != number and t.params == dict(values) and not t.user_attrs.get(BASELINE_ATTR):
             return t
     return None
@@ -121,7 +118,7 @@ def _refused_by(study: optuna.Study, values: Mapping[str, Any]) -> tuple[int, st
     holding all of them is refused too, without a launch (block size 7 on the CPU build)."""
     measured: set[tuple[str, str]] = set()
     refused: list[tuple[int, set[tuple[str, str]]]] = []
-    for t in _completed(study):
+    for t in completed_trials(study):
         rec = read_record(t)
         pairs = {(k, repr(v)) for k, v in t.params.items()}
         if rec.ok:
@@ -134,18 +131,6 @@ def _refused_by(study: optuna.Study, values: Mapping[str, Any]) -> tuple[int, st
         if culprits and culprits <= mine:
             return number, ", ".join(f"{k}={v}" for k, v in sorted(culprits))
     return None
-
-
-def best_feasible(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
-    best: optuna.trial.FrozenTrial | None = None
-    sign = 1.0 if study.direction == optuna.study.StudyDirection.MINIMIZE else -1.0
-    for t in _completed(study):
-        rec = read_record(t)
-        if t.value is None or not rec.ok or not constraints_hold(rec.constraints or (1.0,)):
-            continue
-        if best is None or sign * t.value < sign * (best.value or 0.0):
-            best = t
-    return best
 
 
 def render_reference(space: SearchSpace, reference: Mapping[str, Any] | None) -> RenderedConfig:
@@ -382,7 +367,7 @@ def failure_summary(study: optuna.Study) -> str | None:
         return None
     classes: dict[str, int] = {}
     requests: dict[str, int] = {}
-    trials = [read_record(t) for t in _completed(study) if t.user_attrs.get("status")]
+    trials = [read_record(t) for t in completed_trials(study) if t.user_attrs.get("status")]
     for rec in trials:
         if rec.ok and rec.figures is not None and rec.figures.failed:
             classes["failed_requests"] = classes.get("failed_requests", 0) + 1

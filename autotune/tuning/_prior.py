@@ -22,18 +22,16 @@ import logging
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import optuna
 
 from autotune.space import Parameter, SearchSpace, render_values
 from autotune.study import read_record
+from autotune.tuning._memory_guard import MemoryGuard
 from autotune.workload import PromptTokenizer, WordTokenizer, Workload, load_tokenizer
 
-if TYPE_CHECKING:
-    from autotune.tuning._setup import TuningSetup
-
-__all__ = ["POOL_PARAM", "Prior", "build_prior", "lru_hit_share"]
+__all__ = ["POOL_PARAM", "Prior", "PriorInputs", "build_prior", "lru_hit_share"]
 
 log = logging.getLogger(__name__)
 POOL_PARAM = "cpu_swap_space_gb"
@@ -88,6 +86,21 @@ def lru_hit_share(chains: _Chains, capacity_tokens: int) -> float:
     return hits * chains.block_size / chains.prompt_tokens
 
 
+class PriorInputs(Protocol):
+    """What the prior reads of a tuning set-up (:class:`~autotune.tuning.TuningSetup` has it all)."""
+
+    space: SearchSpace
+    workload: Workload
+    guard: MemoryGuard | None
+
+    @property
+    def model(self) -> str: ...
+
+    def engine_argv(self, tuned_args: Sequence[str] = ()) -> list[str]: ...
+
+    def fit_reasons(self, tuned_args: Sequence[str] = ()) -> tuple[str, ...]: ...
+
+
 @dataclass
 class Prior:
     """The reasoning (``lines``), the informed ``candidates``, the shrunk ``space`` and the hooks the
@@ -96,7 +109,7 @@ class Prior:
     lines: list[str]
     space: SearchSpace
     candidates: list[dict[str, Any]] = field(default_factory=list)
-    _setup: TuningSetup | None = None
+    _setup: PriorInputs | None = None
     _chains: dict[int, _Chains] = field(default_factory=dict)
     _hits: dict[tuple[int, int], float] = field(default_factory=dict)
     _prompts: list[list[int]] = field(default_factory=list)
@@ -216,14 +229,14 @@ def _tokenize(workload: Workload, model: str) -> tuple[list[list[int]], str]:
     return [tok.prompt_ids(r) for r in workload.requests], tok.name
 
 
-def build_prior(setup: TuningSetup) -> Prior:
+def build_prior(setup: PriorInputs) -> Prior:
     """The prior for this setup (needs the memory estimate: without --check-memory it says so)."""
     space = setup.space
     prior = Prior(lines=[], space=space, _setup=setup)
     if setup.guard is None:
         prior.lines.append("prior: off (memory checks are off, so KV capacities are unknown)")
         return prior
-    prior._prompts, tok_name = _tokenize(setup.workload, setup.choices.model)
+    prior._prompts, tok_name = _tokenize(setup.workload, setup.model)
     tunable = space.tunable
     base = _defaults(space)
     blocks = [b for b in _values_of(tunable["block_size"])] if "block_size" in tunable else [None]

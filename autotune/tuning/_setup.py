@@ -118,6 +118,10 @@ class TuningSetup:
     _prior: Prior | None = None
 
     @property
+    def model(self) -> str:
+        return self.choices.model
+
+    @property
     def engine_label(self) -> str:
         return self.engine.installed().describe()
 

@@ -99,3 +99,25 @@ def test_a_trial_far_worse_than_the_incumbent_is_pruned_and_the_baseline_never_i
     assert rec.status is TrialStatus.PRUNED and rec.reason and "noise margin" in rec.reason
     assert rec.figures is not None and 0 < rec.figures.completed < 2 * 16  # stopped before its last pass
     assert study.trials[0].intermediate_values  # the baseline reports too, it is just never pruned
+
+
+def test_a_study_with_a_pruned_trial_renders_in_the_table_and_the_report(tmp_path: Path, mark: str) -> None:
+    from autotune.cli._render import study_table
+    from autotune.report import write_study_report
+
+    (tmp_path / "space.yaml").write_text(SPACE)
+    space = load_search_space(tmp_path / "space.yaml")
+    objective = Objective()
+    study = load_or_create(f"sqlite:///{tmp_path}/s.db", "s", objective, seed=0)
+    study.enqueue_trial({"kv_cache_memory_bytes": 8})
+    run_study(study=study, space=space, evaluator=_evaluator(tmp_path, mark, 2, dict(DEV_MODE_ENV)),
+              objective=objective, n_trials=2, pruner=IncumbentPruner())  # fmt: skip
+    assert study.trials[1].state == optuna.trial.TrialState.PRUNED
+    from rich.console import Console
+
+    console = Console(record=True, width=200)
+    console.print(study_table(study, "ttft_p90"))
+    text = console.export_text()
+    assert "pruned" in text and "2 passes" in text
+    html = write_study_report(study, tmp_path / "report.html").read_text()
+    assert "pruned" in html

@@ -1,0 +1,25 @@
+"""Which measured trial is best: shared by the study loop and the pruner."""
+
+from __future__ import annotations
+
+import optuna
+
+from autotune.study._record import constraints_hold, read_record
+
+__all__ = ["best_feasible", "completed_trials"]
+
+
+def completed_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
+    return study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+
+
+def best_feasible(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
+    best: optuna.trial.FrozenTrial | None = None
+    sign = 1.0 if study.direction == optuna.study.StudyDirection.MINIMIZE else -1.0
+    for t in completed_trials(study):
+        rec = read_record(t)
+        if t.value is None or not rec.ok or not constraints_hold(rec.constraints or (1.0,)):
+            continue
+        if best is None or sign * t.value < sign * (best.value or 0.0):
+            best = t
+    return best
