@@ -71,7 +71,7 @@ def _real_vllm_run(tiny_model: Path, tmp_path: Path) -> list[str]:
     return [
         "run", "--workload", str(REPO / "examples" / "rag.jsonl"), "--model", str(tiny_model),
         "--studies-dir", str(tmp_path / "studies"), "--no-check-args", "--n-trials", "2", "--confirm-rounds", "0",
-        "--engine-arg=--enforce-eager", "--engine-arg=--max-model-len=2048",
+        "--passes", "2", "--engine-arg=--enforce-eager", "--engine-arg=--max-model-len=2048",
         "--engine-arg=--kv-cache-memory-bytes=64M",
     ]  # fmt: skip
 

@@ -130,7 +130,7 @@ def test_two_real_nights_on_the_cpu_build(tmp_path: Path, tiny_model: Path, mark
         "nightly", "--study", "rag", "--workload", str(REPO / "examples" / "rag.jsonl"),
         "--model", str(tiny_model), "--studies-dir", str(tmp_path / "studies"), "--no-check-args",
         "--speed", "3", "--rounds", "1", "--max-trials", "1", "--budget", "6m", "--min-improvement", "0.5",
-        "--objective", "ttft_p50",
+        "--objective", "ttft_p50", "--passes", "2",
         "--out", str(tmp_path / "best.yaml"), "--engine-arg=--enforce-eager",
         "--engine-arg=--max-model-len=2048", "--engine-arg=--kv-cache-memory-bytes=20M",
     ]  # fmt: skip
