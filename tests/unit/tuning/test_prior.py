@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 import json
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import optuna
 import pytest
 
+from autotune.memory import GiB
+from autotune.space import SearchSpace, load_search_space
+from autotune.study import TrialRecord, TrialStatus, write_record
 from autotune.tuning import TuningChoices, build_setup
-from autotune.tuning._prior import _chains, lru_hit_share
+from autotune.tuning._memory_guard import MemoryGuard
+from autotune.tuning._prior import _chains, build_prior, lru_hit_share
+from autotune.workload import Workload, load_workload
+from tests.unit.conftest import FakeProbe, config_path, h100
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -64,3 +73,72 @@ def test_the_prior_enqueues_the_best_predicted_memory_setting_and_explains_it(
         study = optuna.create_study()
         assert prior.enqueue(study) == prior.candidates
         assert prior.enqueue(study) == []  # already queued: not twice
+
+
+GPU_SPACE = """
+name: g
+platform: cuda
+parameters:
+  gpu_memory_utilization: {type: categorical, choices: [0.3], flag: --gpu-memory-utilization}
+  block_size: {type: categorical, choices: [16], flag: --block-size, default: 16}
+  cpu_swap_space_gb:
+    type: categorical
+    choices: [0, 8, 16, 64]
+    flag: --kv-offloading-size
+    off_value: 0
+"""
+
+
+@dataclass
+class _Inputs:
+    """A GPU set-up without a GPU: a Llama-3-8B shape on a fake H100 (the memory estimate is real)."""
+
+    space: SearchSpace
+    workload: Workload
+    guard: MemoryGuard | None
+    model: str
+
+    def engine_argv(self, tuned_args: Sequence[str] = ()) -> list[str]:
+        return ["--max-model-len", "8192", *tuned_args]
+
+    def fit_reasons(self, tuned_args: Sequence[str] = ()) -> tuple[str, ...]:
+        assert self.guard is not None
+        return tuple(self.guard.check(self.engine_argv(tuned_args)).reasons)
+
+
+def _gpu_inputs(tmp_path: Path, docs: int) -> _Inputs:
+    model = tmp_path / "llama-3-8b"
+    model.mkdir()
+    shutil.copy(config_path("llama-3-8b"), model / "config.json")
+    probe = FakeProbe(gpu_list=[h100()], host=(256 * GiB, 200 * GiB))
+    guard = MemoryGuard.for_model(str(model), "cuda", probe=probe)
+    (tmp_path / "space.yaml").write_text(GPU_SPACE)
+    wl = load_workload(_workload(tmp_path / "w.jsonl", docs=docs, words=1000, repeats=3))
+    return _Inputs(load_search_space(tmp_path / "space.yaml"), wl, guard, str(model))
+
+
+def test_a_working_set_larger_than_the_gpu_kv_gets_the_smallest_pool_that_holds_it(tmp_path: Path) -> None:
+    prior = build_prior(_gpu_inputs(tmp_path, docs=60))  # ~60k words against ~40k tokens of GPU KV
+    assert prior.offload_helps is True
+    assert [c.get("cpu_swap_space_gb") for c in prior.candidates] == [None, 8]
+    p = prior.predict(prior.candidates[1])
+    assert (
+        p["prefix_hit_with_pool"] > p["prefix_hit_gpu"] + 0.5
+    )  # a cyclic re-read: LRU on the GPU alone misses
+    assert prior.space.parameters["cpu_swap_space_gb"].choices == (0, 8)  # 16 and 64 GiB hold nothing more
+    assert any("pool sizes above 8 GiB dropped" in line for line in prior.lines)
+    assert prior.veto(optuna.create_study(), {"cpu_swap_space_gb": 8}) is None  # it can help: never vetoed
+
+
+def test_when_the_working_set_fits_the_gpu_offload_is_measured_once_then_vetoed(tmp_path: Path) -> None:
+    prior = build_prior(_gpu_inputs(tmp_path, docs=8))
+    assert prior.offload_helps is False
+    assert prior.candidates[1]["cpu_swap_space_gb"] == 8  # the one check
+    study = optuna.create_study()
+    assert prior.veto(study, {"cpu_swap_space_gb": 16}) is None  # no offload measured yet
+    t = study.ask({"cpu_swap_space_gb": optuna.distributions.CategoricalDistribution((0, 8, 16, 64))})
+    write_record(t, TrialRecord(status=TrialStatus.OK))
+    study.tell(t, 1.0)
+    why = prior.veto(study, {"cpu_swap_space_gb": 16})
+    assert why is not None and "trial 0 already checked offload" in why
+    assert prior.veto(study, {"cpu_swap_space_gb": 0}) is None
