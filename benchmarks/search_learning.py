@@ -305,8 +305,41 @@ def cmd_report(args: argparse.Namespace) -> dict[str, Any]:
             )
         else:
             out["repeat"] = repeat_table(data)
-    print(json.dumps(out, indent=1, default=str))
+    print(markdown(out))
     return out
+
+
+def markdown(out: Mapping[str, Any]) -> str:
+    lines: list[str] = []
+    for g in out["grids"]:
+        pr, pn = g["prior"], g["pruner"]
+        lines += [
+            f"**{g['workload']}**: the prior's first informed candidate {pr['candidate']} measured p90 "
+            f"{pr['candidate_p90']:.1f} ms, rank {pr['candidate_rank']} of {pr['configs']}; the median configuration "
+            f"(the expected random trial) {pr['median_p90']:.1f} ms; the best {pr['best_p90']:.1f} ms. Predicted against "
+            f"measured prefix-hit share over the grid's caching-on configurations: Spearman "
+            f"{pr['predicted_vs_measured_hits_spearman']:.2f}.",
+            "",
+            f"Pruner over {pn['orders']} trial orders (baseline first): replay saved median "
+            f"{pn['replay_saved_median']:.1%} (min {pn['replay_saved_min_max'][0]:.1%}, max {pn['replay_saved_min_max'][1]:.1%}), "
+            f"{pn['pruned_per_order_median']:.0f} of {pn['configs'] - 1} trials pruned (median); the configuration best "
+            f"without pruning ({pn['best']}) pruned in {pn['best_pruned_in_orders']} orders; the study's winner unchanged "
+            f"in {pn['same_winner_in_orders']} of {pn['orders']}.",
+            "",
+        ]
+    r = out.get("repeat")
+    if r:
+        lines += [
+            "| restarts | passes per trial (auto) | CV p90, first pass only | CV p90, trial (median of passes) | "
+            "median within-engine CV | trial time / one-pass trial |",
+            "|---|---|---|---|---|---|",
+            f"| {r['restarts']} | {r['passes']} | {r['cv_one_pass']:.1%} | {r['cv_trial']:.1%} | "
+            f"{r['cv_within_engine_median']:.1%} | {r['trial_time_vs_one_pass']} |",
+            "",
+            "first-pass p90 (ms): " + ", ".join(f"{x:.1f}" for x in r["first_pass_p90"]),
+            "trial p90 (ms): " + ", ".join(f"{x:.1f}" for x in r["trial_p90"]),
+        ]
+    return "\n".join(lines)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -2,8 +2,11 @@
 of the same replay, by more than the noise measured in this study, stops there.
 
 Trials report their objective at checkpoints of each pass (a quarter of the workload's requests,
-half, ...), so a step means the same requests for every trial: the comparison is like with like
-(early requests of a prefix-heavy replay have no cache hits for anyone). The margin is the larger
+half, ...), so a checkpoint means the same requests for every trial: the comparison is like with
+like (early requests of a prefix-heavy replay have no cache hits for anyone). Passes on one engine
+differ by more than good configurations do (measured on the CPU build: the first pass after a start
+is often the slowest), so the trial's median over its passes at a checkpoint is held against the
+incumbent's worst pass at the same checkpoint. The margin is the larger
 of a floor and ``k`` times the pooled relative spread of the objective over the repeated passes
 that trials have recorded; inside the first pass it widens by ``sqrt(checkpoints / q)`` since a
 quarter of the requests makes a noisier percentile. The baseline is never pruned, nor anything
@@ -43,24 +46,49 @@ class IncumbentPruner(optuna.pruners.BasePruner):
         step = trial.last_step
         if step is None or step < self.min_step or trial.user_attrs.get(BASELINE_ATTR):
             return None
-        value = trial.intermediate_values.get(step)
         incumbent = self._incumbent(study)
-        if value is None or incumbent is None or math.isnan(value):
+        if incumbent is None:
             return None
-        ref = self._at_step(study, incumbent, step)
-        if ref is None or math.isnan(ref) or ref <= 0:
+        minimize = study.direction == optuna.study.StudyDirection.MINIMIZE
+        value = self._median_so_far(trial.intermediate_values, step)
+        ref = self._worst_pass(study, incumbent, step, minimize)
+        if value is None or ref is None or math.isnan(value) or math.isnan(ref) or ref <= 0:
             return None
         margin = self.margin(study, step)
-        minimize = study.direction == optuna.study.StudyDirection.MINIMIZE
         worse = value > ref * (1 + margin) if minimize else value < ref / (1 + margin)
         if not worse:
             return None
-        ratio = value / ref
-        where = self._where(step)
         return (
-            f"{self.metric} {value:.4g} at {where} is {ratio:.2f}x trial {incumbent.number}'s {ref:.4g} at the "
-            f"same point, beyond the {margin:.0%} noise margin"
+            f"{self.metric} {value:.4g} at {self._where(step)} (median of its passes so far) is {value / ref:.2f}x "
+            f"trial {incumbent.number}'s worst pass at the same point ({ref:.4g}), beyond the {margin:.0%} noise margin"
         )
+
+    def _same_point(self, step: int) -> int:
+        """The checkpoint within a pass (1..checkpoints) of ``step``."""
+        return (step - 1) % self.checkpoints + 1
+
+    def _median_so_far(self, values: dict[int, float], step: int) -> float | None:
+        """The trial's running figure at ``step``: the median over its passes at the same checkpoint."""
+        q = self._same_point(step)
+        got = sorted(
+            v for s, v in values.items() if s <= step and self._same_point(s) == q and not math.isnan(v)
+        )
+        if not got:
+            return None
+        mid = len(got) // 2
+        return got[mid] if len(got) % 2 else (got[mid - 1] + got[mid]) / 2
+
+    def _worst_pass(
+        self, study: optuna.Study, incumbent: optuna.trial.FrozenTrial, step: int, minimize: bool
+    ) -> float | None:
+        """The incumbent's worst pass at the same checkpoint: passes of one engine differ by more than
+        configurations close to the best do (the first pass after a start is often the slowest)."""
+        values = self._intermediates(study, incumbent)
+        q = self._same_point(step)
+        same = [v for s, v in values.items() if self._same_point(s) == q and not math.isnan(v)]
+        if not same:
+            return None
+        return max(same) if minimize else min(same)
 
     def margin(self, study: optuna.Study, step: int) -> float:
         noise = self.noise(study)
@@ -91,12 +119,11 @@ class IncumbentPruner(optuna.pruners.BasePruner):
         return best_feasible(study)
 
     @staticmethod
-    def _at_step(study: optuna.Study, trial: optuna.trial.FrozenTrial, step: int) -> float | None:
-        """The incumbent's running value at ``step`` (a reused measurement: its original's)."""
-        if step in trial.intermediate_values:
-            return trial.intermediate_values[step]
+    def _intermediates(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> dict[int, float]:
+        """The incumbent's reports (a reused measurement: its original's)."""
+        if trial.intermediate_values:
+            return dict(trial.intermediate_values)
         twin = read_record(trial).duplicate_of
         if twin is None:
-            return None
-        original = study.get_trials(deepcopy=False)[twin]
-        return original.intermediate_values.get(step)
+            return {}
+        return dict(study.get_trials(deepcopy=False)[twin].intermediate_values)

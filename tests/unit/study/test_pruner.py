@@ -51,7 +51,7 @@ def test_a_trial_far_worse_than_the_incumbent_at_the_same_point_is_pruned_with_t
     frozen = _running(study, {1: 600.0, 2: 400.0})
     assert pruner.prune(study, frozen)
     assert pruner.last_reason is not None
-    assert "3.33x trial 0's 120 at the same point" in pruner.last_reason
+    assert "3.33x trial 0's worst pass at the same point (120)" in pruner.last_reason
     assert "pass 1, 2/4 of its requests" in pruner.last_reason
 
 
@@ -74,3 +74,14 @@ def test_the_margin_grows_with_the_noise_measured_over_passes() -> None:
     assert pruner.margin(quiet, 2) == pytest.approx(0.25 * 2**0.5)  # half a pass: a noisier percentile
     trial = _running(noisy, {5: 150.0, 6: 180.0, 8: 180.0})
     assert not pruner.prune(noisy, trial)  # 1.8x is within a 90% margin
+
+
+def test_the_median_of_the_passes_is_held_against_the_incumbents_worst_pass() -> None:
+    study = _study()
+    # the incumbent's passes at the end of a pass: 300, 280, 450 (its first pass was fine, its third slow)
+    _complete(study, 300.0, {4: 300.0, 8: 280.0, 12: 450.0})
+    pruner = IncumbentPruner()
+    # a slow third pass (500) of an otherwise equal trial: its median (300) is far from 450 x 1.25
+    assert not pruner.prune(study, _running(study, {4: 290.0, 8: 300.0, 12: 500.0}))
+    # consistently slow passes are pruned
+    assert pruner.prune(study, _running(study, {4: 700.0, 8: 720.0}))
