@@ -17,6 +17,7 @@ process of its own on the same machine:
     python benchmarks/replay_scale.py --quick           # 2,000 requests, 2 short rates; seconds
     python benchmarks/replay_scale.py --requests 10000 --rates 500,1000,1500 --seconds 5
     python benchmarks/replay_scale.py --client sharded   # httpx's own transport in pools of 4, as before issue 14
+    python benchmarks/replay_scale.py --client seam      # the tool's aiohttp transport, every request through httpx's client
 """
 
 from __future__ import annotations
@@ -37,7 +38,15 @@ import httpx
 import numpy as np
 import psutil
 
-from autotune.bench import DEFAULT_MAX_IN_FLIGHT, ArrivalSpec, ReplayTarget, replay, replay_client, summarize
+from autotune.bench import (
+    DEFAULT_MAX_IN_FLIGHT,
+    AiohttpTransport,
+    ArrivalSpec,
+    ReplayTarget,
+    replay,
+    replay_client,
+    summarize,
+)
 from autotune.engine import free_port
 from autotune.workload import Workload, WorkloadRequest
 
@@ -101,13 +110,16 @@ class ShardedHttpxTransport(httpx.AsyncBaseTransport):
             await pool.aclose()
 
 
-CLIENTS = ("replay", "sharded", "plain")
+CLIENTS = ("replay", "seam", "sharded", "plain")
 
 
 def _client(max_in_flight: int, kind: str) -> httpx.AsyncClient:
     timeout = httpx.Timeout(120.0, connect=30.0)
     if kind == "replay":
         return replay_client(max_in_flight=max_in_flight, timeout=timeout)
+    if kind == "seam":  # the replayer's POSTs through httpx's client layer too, not ReplayClient.post_stream
+        transport = AiohttpTransport(max_in_flight)
+        return httpx.AsyncClient(transport=transport, timeout=timeout, trust_env=False)
     if kind == "sharded":
         return httpx.AsyncClient(
             transport=ShardedHttpxTransport(max_in_flight), timeout=timeout, trust_env=False
@@ -408,7 +420,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--client",
         choices=CLIENTS,
         default="replay",
-        help="replay: autotune.bench.replay_client (the tool's); sharded: httpx's own transport "
+        help="replay: autotune.bench.replay_client (the tool's); seam: the same aiohttp transport with "
+        "every request through httpx's client layer; sharded: httpx's own transport "
         "in pools of 4 (the tool's before issue 14); plain: one httpx pool as large as the in-flight limit",
     )
     p.add_argument(

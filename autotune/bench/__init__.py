@@ -15,21 +15,23 @@ from autotune.bench._prometheus import (
 from autotune.bench._replay import DEFAULT_MAX_IN_FLIGHT, ReplayResult, replay, warm_up
 from autotune.bench._request import ReplayTarget
 from autotune.bench._timing import RequestTiming, ScheduleLag, schedule_lag
-from autotune.bench._transport import Http11Transport, replay_client
+from autotune.bench._transport import AiohttpTransport, ReplayClient, StreamedAnswer, replay_client
 
 __all__ = [
     "DEFAULT_MAX_IN_FLIGHT",
     "PERCENTILES",
     "VLLM_METRICS",
+    "AiohttpTransport",
     "ArrivalSpec",
-    "Http11Transport",
     "MetricNames",
     "MetricsDelta",
     "MetricsSnapshot",
+    "ReplayClient",
     "ReplayResult",
     "ReplayTarget",
     "RequestTiming",
     "ScheduleLag",
+    "StreamedAnswer",
     "TrialFigures",
     "failure_counts",
     "meets_slos",

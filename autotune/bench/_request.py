@@ -3,7 +3,10 @@
 The stream is read as bytes and split into lines here (``data: {...}`` per event, as vLLM's
 OpenAI server writes them), not through httpx's text and line decoders: at hundreds of requests a
 second the replayer's CPU per request bounds how many it can send on time (issue 14). Each event
-is parsed as JSON once; the first event with choices is the first token.
+is parsed as JSON once; the first event with choices is the first token. With the tool's own
+client (:class:`autotune.bench.ReplayClient`) the request goes to its aiohttp transport directly,
+past httpx's client layer (half of a request's CPU, :mod:`autotune.bench._transport`); any other
+``httpx.AsyncClient`` (tests pass mock transports) is used as it is. Both raise httpx's errors.
 """
 
 from __future__ import annotations
@@ -11,12 +14,15 @@ from __future__ import annotations
 import functools
 import json
 import time
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 
 from autotune.bench._timing import RequestTiming
+from autotune.bench._transport import ReplayClient
 from autotune.workload import WorkloadRequest
 
 __all__ = ["ReplayTarget", "send_request"]
@@ -102,7 +108,18 @@ class _Events:
         return True
 
 
-async def _read_events(resp: httpx.Response, events: _Events) -> None:
+class _Answer(Protocol):
+    """What is read of an answer: ``httpx.Response`` or the replay client's ``StreamedAnswer``."""
+
+    @property
+    def status_code(self) -> int: ...
+
+    def aiter_bytes(self) -> AsyncIterator[bytes]: ...
+
+    async def aread(self) -> bytes: ...
+
+
+async def _read_events(resp: _Answer, events: _Events) -> None:
     pending = b""
     async for chunk in resp.aiter_bytes():
         if b"\r" in chunk:  # CRLF or CR line ends (the event-stream format allows all three)
@@ -135,10 +152,15 @@ async def send_request(
     st = time.perf_counter()
     events = _Events(st)
     status: int | None = None
+    answer: AbstractAsyncContextManager[_Answer]
+    if isinstance(client, ReplayClient):  # the tool's client: straight to its transport
+        content = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+        headers = {"Content-Type": "application/json", **target.headers()}
+        answer = client.post_stream(target.base_url + path, content, headers)
+    else:  # any other httpx client (tests pass mock transports)
+        answer = client.stream("POST", _url(target.base_url, path), json=body, headers=target.headers())
     try:
-        async with client.stream(
-            "POST", _url(target.base_url, path), json=body, headers=target.headers()
-        ) as resp:
+        async with answer as resp:
             status = resp.status_code
             if resp.status_code != 200:
                 detail = (await resp.aread()).decode(errors="replace")[:_ERROR_EXCERPT]

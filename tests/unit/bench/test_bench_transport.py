@@ -1,6 +1,9 @@
-"""The replayer's HTTP/1.1 transport against a scripted server on a real socket: bodies framed by
-length, chunks or the end of the connection; kept-alive connections reused, and replaced when the
-server closed them; httpx's errors and timeouts; the limit on requests at once; cancellation."""
+"""The replayer's transport (aiohttp behind httpx's seam) against a scripted server on a real
+socket, through both of its doors: an ``httpx.AsyncClient`` on :class:`AiohttpTransport` (what
+/metrics, /v1/models and warm-up use) and :meth:`ReplayClient.post_stream` (the replayer's own
+POSTs). Bodies framed by length, chunks or the end of the connection; kept-alive connections reused,
+and replaced when the server closed them (a POST too); aiohttp's failures as httpx's errors and
+timeouts; the limit on requests at once; cancellation closes the connection and frees the place."""
 
 from __future__ import annotations
 
@@ -8,11 +11,12 @@ import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
+from typing import Literal
 
 import httpx
 import pytest
 
-from autotune.bench import ArrivalSpec, Http11Transport, ReplayTarget, replay
+from autotune.bench import AiohttpTransport, ArrivalSpec, ReplayClient, ReplayTarget, replay, replay_client
 from autotune.workload import Workload, WorkloadRequest
 
 Answer = Callable[[bytes, asyncio.StreamReader, asyncio.StreamWriter], Awaitable[bool]]  # keep it open?
@@ -78,8 +82,33 @@ async def _ok(request: bytes, reader: asyncio.StreamReader, writer: asyncio.Stre
 
 
 def _client(max_connections: int = 8, read_s: float = 5.0) -> httpx.AsyncClient:
-    transport = Http11Transport(max_connections)
+    transport = AiohttpTransport(max_connections)
     return httpx.AsyncClient(transport=transport, timeout=httpx.Timeout(read_s, connect=5.0))
+
+
+Door = Literal["httpx", "replay"]
+DOORS = pytest.mark.parametrize("door", ["httpx", "replay"])
+
+
+def _door(
+    door: Door, max_connections: int = 8, read_s: float = 5.0
+) -> tuple[httpx.AsyncClient, AiohttpTransport]:
+    """A client through httpx's client layer, or the replay client whose POSTs skip it."""
+    timeout = httpx.Timeout(read_s, connect=5.0)
+    if door == "replay":
+        client = replay_client(max_in_flight=max_connections, timeout=timeout)
+        return client, client.replay_transport
+    transport = AiohttpTransport(max_connections)
+    return httpx.AsyncClient(transport=transport, timeout=timeout), transport
+
+
+async def _post(client: httpx.AsyncClient, url: str) -> tuple[int, bytes]:
+    """POST a small JSON body through the client's door; the status and the whole answer."""
+    if isinstance(client, ReplayClient):
+        async with client.post_stream(url, b'{"n":1}', {"Content-Type": "application/json"}) as answer:
+            return answer.status_code, await answer.aread()
+    response = await client.post(url, content=b'{"n":1}', headers={"Content-Type": "application/json"})
+    return response.status_code, response.content
 
 
 def test_a_kept_alive_connection_serves_the_next_requests_and_the_request_is_sent_as_given() -> None:
@@ -139,9 +168,11 @@ def test_a_body_that_ends_with_the_connection_and_connection_close_open_new_conn
     assert server.connections == 3
 
 
-def test_a_kept_alive_connection_the_server_closed_is_replaced_and_the_request_answered() -> None:
+@DOORS
+def test_a_kept_alive_connection_the_server_closed_is_replaced_and_the_post_answered(door: Door) -> None:
     # the server drops every connection on its second request unanswered (as an idle timeout
-    # closing a connection just as the client reuses it)
+    # closing a connection just as the client reuses it); aiohttp alone resends only GETs and the
+    # like, and the replayer POSTs
     async def once_per_connection(
         request: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> bool:
@@ -152,17 +183,19 @@ def test_a_kept_alive_connection_the_server_closed_is_replaced_and_the_request_a
         writer.write(_fixed(200, b"ok"))
         return True
 
-    async def go() -> tuple[list[int], ScriptedServer]:
-        async with ScriptedServer(once_per_connection) as server, _client() as client:
-            statuses = [(await client.get(server.url)).status_code for _ in range(3)]
-            return statuses, server
+    async def go() -> tuple[list[tuple[int, bytes]], ScriptedServer, int]:
+        client, transport = _door(door)
+        async with ScriptedServer(once_per_connection) as server, client:
+            answers = [await _post(client, server.url) for _ in range(3)]
+            return answers, server, transport.in_flight
 
-    statuses, server = asyncio.run(go())
-    assert statuses == [200, 200, 200]
-    assert server.connections == 3
+    answers, server, in_flight = asyncio.run(go())
+    assert answers == [(200, b"ok")] * 3
+    assert server.connections == 3 and in_flight == 0
 
 
-def test_errors_are_httpx_errors_and_give_their_slot_back() -> None:
+@DOORS
+def test_errors_are_httpx_errors_and_give_their_slot_back(door: Door) -> None:
     async def misbehave(request: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
         if b"/short" in request:
             writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\nonly this")
@@ -176,22 +209,21 @@ def test_errors_are_httpx_errors_and_give_their_slot_back() -> None:
         writer.write(_fixed(200, b"fine"))
         return True
 
-    async def go() -> tuple[list[str], int, str]:
-        transport = Http11Transport(2)
+    async def go() -> tuple[list[str], int, tuple[int, bytes]]:
+        client, transport = _door(door, max_connections=2, read_s=0.2)
         errors = []
-        client = httpx.AsyncClient(transport=transport, timeout=httpx.Timeout(0.2))
         async with ScriptedServer(misbehave) as server, client:
             for path in ("/short", "/garbage", "/silent"):
                 with pytest.raises(httpx.HTTPError) as caught:
-                    await client.get(server.url + path)
+                    await _post(client, server.url + path)
                 errors.append(type(caught.value).__name__)
             in_flight = transport.in_flight
-            fine = (await client.get(server.url + "/fine")).text  # the 2 slots were given back
+            fine = await _post(client, server.url + "/fine")  # the 2 slots were given back
         return errors, in_flight, fine
 
     errors, in_flight, fine = asyncio.run(go())
     assert errors == ["RemoteProtocolError", "RemoteProtocolError", "ReadTimeout"]
-    assert in_flight == 0 and fine == "fine"
+    assert in_flight == 0 and fine == (200, b"fine")
 
 
 def test_a_refused_connection_is_a_connect_error() -> None:
@@ -234,7 +266,7 @@ def test_a_request_body_of_unknown_length_is_sent_chunked() -> None:
 
     sent = asyncio.run(go())
     assert b"transfer-encoding: chunked" in sent.lower()
-    assert sent.endswith(b"\r\n\r\n4\r\nabcd\r\n0\r\n\r\n")
+    assert sent.endswith(b"\r\n\r\n2\r\nab\r\n2\r\ncd\r\n0\r\n\r\n")  # each part as it came
 
 
 def _sse_answer(events: list[bytes]) -> Answer:
@@ -260,7 +292,8 @@ def _workload(n: int) -> Workload:
     return Workload(path=Path("w.jsonl"), requests=reqs)
 
 
-def test_a_replay_over_the_transport_times_streamed_tokens_and_reuses_connections() -> None:
+@DOORS
+def test_a_replay_over_the_transport_times_streamed_tokens_and_reuses_connections(door: Door) -> None:
     def event(obj: object) -> bytes:
         return b"data: " + json.dumps(obj).encode() + b"\r\n\r\n"  # CRLF line ends, as some servers
 
@@ -271,13 +304,12 @@ def test_a_replay_over_the_transport_times_streamed_tokens_and_reuses_connection
         b"data: [DONE]\r\n\r\n",
     ]
 
-    async def go() -> tuple[list[float | None], list[int], int, int]:
-        transport = Http11Transport(2)
-        client = httpx.AsyncClient(transport=transport, timeout=httpx.Timeout(5.0))
+    async def go() -> tuple[list[float | None], list[int], ScriptedServer, int]:
+        client, transport = _door(door, max_connections=2)
         async with ScriptedServer(_sse_answer(events)) as server, client:
             result = await replay(
                 client,
-                ReplayTarget(server.url, "m"),
+                ReplayTarget(server.url, "m", api_key="k"),
                 _workload(6),
                 ArrivalSpec("timestamps"),
                 max_in_flight=2,
@@ -285,30 +317,42 @@ def test_a_replay_over_the_transport_times_streamed_tokens_and_reuses_connection
             return (
                 [t.ttft for t in result.timings],
                 [t.output_tokens for t in result.timings],
-                server.connections,
+                server,
                 transport.in_flight,
             )
 
-    ttfts, tokens, connections, in_flight = asyncio.run(go())
+    ttfts, tokens, server, in_flight = asyncio.run(go())
     assert all(t is not None and t >= 0.0 for t in ttfts) and tokens == [2] * 6
-    assert connections == 2 and in_flight == 0
+    assert server.connections == 2 and in_flight == 0
+    for sent in server.requests:  # each request as vLLM expects it
+        head, _, body = sent.partition(b"\r\n\r\n")
+        lines = head.lower().split(b"\r\n")
+        assert lines[0] == b"post /v1/completions http/1.1"
+        assert b"authorization: bearer k" in lines and b"content-type: application/json" in lines
+        assert json.loads(body)["model"] == "m" and json.loads(body)["stream"] is True
 
 
-def test_cancelling_a_streaming_request_closes_its_connection_and_frees_its_slot() -> None:
+@DOORS
+def test_cancelling_a_streaming_request_closes_its_connection_and_frees_its_slot(door: Door) -> None:
     async def endless(request: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
         writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nfirst\r\n")
         await asyncio.wait_for(reader.read(), 30)  # until the client closes the connection
         return False
 
     async def go() -> tuple[int, int]:
-        transport = Http11Transport(4)
+        client, transport = _door(door, max_connections=4)
         async with ScriptedServer(endless) as server:
-            async with httpx.AsyncClient(transport=transport) as client:
+            async with client:
 
                 async def read() -> None:
-                    async with client.stream("GET", server.url) as r:
-                        async for _ in r.aiter_bytes():
-                            pass
+                    if isinstance(client, ReplayClient):
+                        async with client.post_stream(server.url, b"{}", {}) as answer:
+                            async for _ in answer.aiter_bytes():
+                                pass
+                    else:
+                        async with client.stream("GET", server.url) as r:
+                            async for _ in r.aiter_bytes():
+                                pass
 
                 task = asyncio.ensure_future(read())
                 while transport.in_flight == 0:

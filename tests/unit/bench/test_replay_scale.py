@@ -21,7 +21,6 @@ import pytest
 from autotune.bench import (
     DEFAULT_MAX_IN_FLIGHT,
     ArrivalSpec,
-    Http11Transport,
     ReplayResult,
     ReplayTarget,
     RequestTiming,
@@ -112,9 +111,9 @@ def test_cancelling_mid_replay_returns_within_a_second_and_closes_every_request(
     before issue 17 a cancelled replay of 16,000 requests took 88 s to unwind."""
 
     async def go() -> tuple[int, float, float, int, int]:
-        transport = Http11Transport(DEFAULT_MAX_IN_FLIGHT)
         done: list[RequestTiming] = []
-        async with httpx.AsyncClient(transport=transport, timeout=TIMEOUT) as client:
+        async with replay_client(max_in_flight=DEFAULT_MAX_IN_FLIGHT, timeout=TIMEOUT) as client:
+            transport = client.replay_transport
             task = asyncio.ensure_future(
                 replay(
                     client,
