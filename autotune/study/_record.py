@@ -302,6 +302,7 @@ def write_record(trial: optuna.Trial, record: TrialRecord) -> None:
 
 # Called by an evaluator as its measurement runs: (step, the figures so far); returns why to stop
 # the trial early (the pruner's reason), or None to go on. Steps are comparable across trials.
+# Step 0 (no figures) is called once the engine is up and before the replay; it may block.
 Progress = Callable[[int, Mapping[str, Any]], str | None]
 
 

@@ -149,7 +149,10 @@ def ensure_baseline(study: optuna.Study, reference: Mapping[str, Any] | None = N
         study.set_user_attr(REFERENCE_ATTR, dict(reference))
     if baseline_trial(study) is not None:
         return False
-    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)):
+    # one being measured counts too (a stale one is failed by the heartbeat and enqueued again)
+    for t in study.get_trials(
+        deepcopy=False, states=(optuna.trial.TrialState.WAITING, optuna.trial.TrialState.RUNNING)
+    ):
         if t.user_attrs.get(BASELINE_ATTR):
             return False
     study.enqueue_trial({}, user_attrs={BASELINE_ATTR: True})
@@ -218,6 +221,7 @@ def run_study(
     pruner: IncumbentPruner | None = None,
     predict: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None,
     veto: Callable[[optuna.Study, Mapping[str, Any]], str | None] | None = None,
+    before_replay: Callable[[], None] | None = None,
 ) -> optuna.Study:
     """Run ``n_trials`` more trials (None: until ``timeout_s`` or ``should_stop``); a study without a
     measured baseline measures it first. ``trial_attrs`` are stored on every trial run now (the
@@ -226,13 +230,19 @@ def run_study(
     ``pruner``: stops a trial early when its running objective is worse than the incumbent's
     beyond the noise (never the baseline); the trial is recorded ``pruned`` with its partial
     figures. ``predict``: what the workload-aware prior expects of a configuration, stored next
-    to what was measured. ``veto``: why a configuration is not worth launching (None: launch it)."""
+    to what was measured. ``veto``: why a configuration is not worth launching (None: launch it).
+    ``before_replay``: called (it may block) once a trial's engine is up, before it replays; not
+    for the baseline (parallel workers hold their replays until the baseline is measured)."""
     ensure_baseline(study)
     if pruner is not None:
         study.pruner = pruner
 
     def _progress(trial: optuna.Trial, is_baseline: bool) -> Callable[[int, Mapping[str, Any]], str | None]:
         def report(step: int, partial: Mapping[str, Any]) -> str | None:
+            if step == 0:  # the engine is up, the replay not started
+                if before_replay is not None and not is_baseline:
+                    before_replay()
+                return None
             value = Figures(dict(partial)).get(objective.metric)
             if value is None:
                 return None

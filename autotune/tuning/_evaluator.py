@@ -209,6 +209,8 @@ class VllmEvaluator:
         async with replay_client(max_in_flight=DEFAULT_MAX_IN_FLIGHT, timeout=timeout) as client:
             model = await self._served_model(client, proc.base_url)
             target = ReplayTarget(base_url=proc.base_url, model=model, api_key=self.spec.api_key)
+            if progress is not None:  # the engine is up: the study may hold the replay here (it
+                progress(0, {})  # blocks; nothing else runs on this loop before the replay)
             t0 = time.monotonic()
             chat = any(r.is_chat for r in self.workload.requests)
             await warm_up(client, target, count=self.warmup_requests, chat=chat)

@@ -12,9 +12,9 @@ the confirmation re-measures best and baseline on one and the same GPUs.
 :func:`run_worker` is one worker (``autotune worker``): it leases its GPUs, joins the study --
 refusing one whose space, workload or model differs from what the study recorded
 (:func:`check_fingerprint`) -- and measures trials until the pool's count, the study's total or the
-time is reached. The baseline is measured once: worker 0 measures it while the others wait for it
-(the study loop enqueues a baseline whenever none is measured or waiting, so a worker starting
-while it runs would measure a second one). Each trial records which GPUs measured it (``gpus``,
+time is reached. The baseline is measured once: worker 0 takes it; the others wait until it is
+taken, then start their own engines at once and hold their replays until the baseline is measured
+(its throughput is a constraint of every other trial), so engine start-ups overlap. Each trial records which GPUs measured it (``gpus``,
 ``gpu_name``) and each worker's devices are stored on the study; GPUs of different models are
 said out loud (:func:`~autotune.tuning._gpus.gpu_mix`).
 
@@ -164,8 +164,8 @@ def _join(setup: TuningSetup, spec: WorkerSpec) -> optuna.Study:
     return study
 
 
-def _pending_baseline(study: optuna.Study, since: float | None) -> bool:
-    """A baseline is waiting to be measured, or being measured (started after ``since``)."""
+def _pending_baseline(study: optuna.Study, since: float | None, *, claimed: bool = True) -> bool:
+    """A baseline is waiting to be measured, or (``claimed``) being measured, started after ``since``."""
     for t in study.get_trials(
         deepcopy=False, states=(optuna.trial.TrialState.WAITING, optuna.trial.TrialState.RUNNING)
     ):
@@ -173,6 +173,8 @@ def _pending_baseline(study: optuna.Study, since: float | None) -> bool:
             continue
         if t.state is optuna.trial.TrialState.WAITING:
             return True
+        if not claimed:
+            continue
         started = t.datetime_start.timestamp() if t.datetime_start else None
         if since is None or started is None or started >= since:
             return True
@@ -180,12 +182,14 @@ def _pending_baseline(study: optuna.Study, since: float | None) -> bool:
 
 
 def wait_for_baseline(
-    study: optuna.Study, *, since: float | None, timeout_s: float, poll_s: float = 1.0
+    study: optuna.Study, *, since: float | None, timeout_s: float, poll_s: float = 1.0, claimed: bool = True
 ) -> bool:
-    """Block while the study's baseline is pending (True: it no longer is; False: timed out)."""
+    """Block while the study's baseline is pending (True: it no longer is; False: timed out).
+
+    ``claimed=False``: only until a worker has taken it (it is no longer waiting in the queue)."""
     deadline = time.monotonic() + timeout_s
     announced = False
-    while _pending_baseline(study, since):
+    while _pending_baseline(study, since, claimed=claimed):
         if not announced:
             log.info("waiting for the baseline, which another worker measures")
             announced = True
@@ -194,6 +198,17 @@ def wait_for_baseline(
             return False
         time.sleep(poll_s)
     return True
+
+
+def baseline_gate(study: optuna.Study, since: float | None, timeout_s: float) -> Callable[[], None]:
+    """What a worker's trial waits for once its engine is up and before it replays: the measured
+    baseline (the throughput constraint needs its figure). The engine's start-up, the dearest part
+    of a trial, overlaps the baseline's measurement instead of following it."""
+
+    def gate() -> None:
+        wait_for_baseline(study, since=since, timeout_s=timeout_s)
+
+    return gate
 
 
 # -- one worker ----------------------------------------------------------------------------------
@@ -233,10 +248,15 @@ def run_worker(
         with GpuLease(group.gpus, owner=f"study {spec.study} worker {group.slot}") as lease:
             setup = for_gpus(base, group, lease, probe=probe)
             study = _join(setup, dataclasses.replace(spec, group=group))
+            setup.apply_prior()  # the same prediction and veto in every worker (the parent enqueued)
+            gate = None
             if group.slot > 0:  # a baseline running longer than this is presumed orphaned (its worker died)
                 patience = spec.choices.startup_timeout_s + 1800
                 since = spec.baseline_since if spec.baseline_since is not None else time.time() - patience
-                wait_for_baseline(study, since=since, timeout_s=patience)
+                # worker 0 takes the baseline; this one starts its own engine meanwhile and replays
+                # once the baseline is measured (its gate), so the two engines start in parallel
+                wait_for_baseline(study, since=since, timeout_s=min(patience, 120.0), claimed=False)
+                gate = baseline_gate(study, since, patience)
 
             def should_stop() -> bool:
                 if spec.run_trials is not None and count_trials(study, spec.run_id) >= spec.run_trials:
@@ -266,7 +286,6 @@ def run_worker(
                 if on_trial_done is not None:
                     on_trial_done(rep)
 
-            setup.apply_prior()  # the same prediction and veto in every worker (the parent enqueued)
             run_study(
                 study=study,
                 space=setup.space,
@@ -279,6 +298,7 @@ def run_worker(
                 trial_attrs=attrs,
                 should_stop=should_stop,
                 journal=PendingJournal(study_directory(spec.studies_dir, spec.study)),
+                before_replay=gate,
                 **setup.study_hooks(),
             )
             return ran["n"]

@@ -94,6 +94,8 @@ def _choices(files: dict[str, str], *engine_args: str) -> TuningChoices:
         check_args=False,
         objective="ttft_p90",
         min_throughput_ratio=0.5,
+        passes="1",  # these tests are about GPUs, leases and storage (passes and pruning: test_passes_fake)
+        prune=False,
     )
 
 
@@ -142,7 +144,10 @@ def _intervals_do_not_overlap(trials: list[optuna.trial.FrozenTrial]) -> None:
         assert isinstance(end, datetime) and start >= end
 
 
-def test_four_workers_on_four_gpus_share_one_study_without_sharing_a_gpu(env: Path) -> None:
+def test_four_workers_on_four_gpus_share_one_study_without_sharing_a_gpu(
+    env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FAKE_START_DELAY", "4")  # engine starts dear enough to overlap with the baseline's
     files = _files(env)
     snapshots: list[dict[int, int | None]] = []
 
@@ -158,6 +163,20 @@ def test_four_workers_on_four_gpus_share_one_study_without_sharing_a_gpu(env: Pa
     baselines = [t for t in study.get_trials() if t.user_attrs.get("baseline")]
     assert len(baselines) == 1 and read_record(baselines[0]).ok  # measured once, by worker 0
     assert baselines[0].user_attrs["worker"] == 0
+    base_done = baselines[0].datetime_complete
+    assert isinstance(base_done, datetime)
+    others = [t for t in trials if not t.user_attrs.get("baseline")]
+    # the other workers start their engines while the baseline is measured (not after it) ...
+    assert any(t.datetime_start is not None and t.datetime_start < base_done for t in others), (
+        baselines[0].datetime_start,
+        base_done,
+        [(t.user_attrs.get("worker"), t.datetime_start) for t in others],
+    )
+    # ... and every trial held its throughput against the baseline's (exactly 0.0 without a baseline
+    # figure), so each replay waited for the baseline's measurement
+    for t in others:
+        rec = read_record(t)
+        assert rec.constraint_names[0] == "throughput_vs_baseline" and rec.constraints[0] != 0.0, rec
     by_gpu: dict[str, list[optuna.trial.FrozenTrial]] = {}
     tokens: dict[str, set[str]] = {}
     for t in trials:
