@@ -138,21 +138,25 @@ def render_reference(space: SearchSpace, reference: Mapping[str, Any] | None) ->
     return render_values(space, dict(reference)) if reference else RenderedConfig(args=())
 
 
-def ensure_baseline(study: optuna.Study, reference: Mapping[str, Any] | None = None) -> bool:
+def ensure_baseline(
+    study: optuna.Study, reference: Mapping[str, Any] | None = None, *, running_counts: bool = False
+) -> bool:
     """Enqueue the baseline unless the study has a measured one or one waiting (True: enqueued).
 
     ``reference``: the parameters of a runnable reference when vLLM's defaults cannot run here
     (stored on the study, so every worker and every later run measures the same one). Two workers
     racing here may both enqueue; the second baseline then reuses the first one's measurement.
+    ``running_counts``: a baseline being measured counts as pending (a parallel worker's view; a
+    lone run must not count one that a killed process left RUNNING).
     """
     if reference is not None:
         study.set_user_attr(REFERENCE_ATTR, dict(reference))
     if baseline_trial(study) is not None:
         return False
-    # one being measured counts too (a stale one is failed by the heartbeat and enqueued again)
-    for t in study.get_trials(
-        deepcopy=False, states=(optuna.trial.TrialState.WAITING, optuna.trial.TrialState.RUNNING)
-    ):
+    states: tuple[optuna.trial.TrialState, ...] = (optuna.trial.TrialState.WAITING,)
+    if running_counts:  # another live worker is measuring it
+        states += (optuna.trial.TrialState.RUNNING,)
+    for t in study.get_trials(deepcopy=False, states=states):
         if t.user_attrs.get(BASELINE_ATTR):
             return False
     study.enqueue_trial({}, user_attrs={BASELINE_ATTR: True})
@@ -222,6 +226,7 @@ def run_study(
     predict: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None,
     veto: Callable[[optuna.Study, Mapping[str, Any]], str | None] | None = None,
     before_replay: Callable[[], None] | None = None,
+    baseline_elsewhere: bool = False,
 ) -> optuna.Study:
     """Run ``n_trials`` more trials (None: until ``timeout_s`` or ``should_stop``); a study without a
     measured baseline measures it first. ``trial_attrs`` are stored on every trial run now (the
@@ -232,8 +237,9 @@ def run_study(
     figures. ``predict``: what the workload-aware prior expects of a configuration, stored next
     to what was measured. ``veto``: why a configuration is not worth launching (None: launch it).
     ``before_replay``: called (it may block) once a trial's engine is up, before it replays; not
-    for the baseline (parallel workers hold their replays until the baseline is measured)."""
-    ensure_baseline(study)
+    for the baseline (parallel workers hold their replays until the baseline is measured).
+    ``baseline_elsewhere``: another live worker may be measuring the baseline right now."""
+    ensure_baseline(study, running_counts=baseline_elsewhere)
     if pruner is not None:
         study.pruner = pruner
 

@@ -299,6 +299,7 @@ def run_worker(
                 should_stop=should_stop,
                 journal=PendingJournal(study_directory(spec.studies_dir, spec.study)),
                 before_replay=gate,
+                baseline_elsewhere=group.slot > 0,
                 **setup.study_hooks(),
             )
             return ran["n"]
