@@ -206,7 +206,7 @@ def test_defaults_that_cannot_run_here_get_a_named_reference_as_the_baseline(
     args = [
         "run", "--workload", str(REPO / "examples" / "rag.jsonl"), "--model", str(tiny_model),
         "--studies-dir", str(tmp_path / "studies"), "--no-check-args", "--n-trials", "1",
-        "--confirm-rounds", "0", "--speed", "3", "--out", str(out),
+        "--confirm-rounds", "0", "--speed", "3", "--out", str(out), "--passes", "1",
         "--engine-arg=--enforce-eager", "--engine-arg=--max-model-len=2048",
         "--engine-arg=--gpu-memory-utilization=0.99",
     ]  # fmt: skip

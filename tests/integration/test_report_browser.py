@@ -172,7 +172,7 @@ def test_report_of_a_real_cpu_vllm_study_renders_offline(
     run = _cli(
         [
             "run", "--workload", str(REPO / "examples" / "rag.jsonl"), "--model", str(tiny_model),
-            "--study", "rag", "--n-trials", "2", "--confirm-rounds", "0", "--no-check-args",
+            "--study", "rag", "--n-trials", "2", "--confirm-rounds", "0", "--no-check-args", "--passes", "2",
             "--engine-arg=--enforce-eager", "--engine-arg=--max-model-len=2048",
             "--engine-arg=--kv-cache-memory-bytes=64M", "--speed", "3", "--studies-dir", str(studies),
         ],
