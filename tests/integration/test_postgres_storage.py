@@ -57,7 +57,9 @@ def test_two_workers_share_one_study_with_one_baseline() -> None:
     def worker(seed: int) -> None:
         try:
             study = load_or_create(url, name, obj, seed=seed)
-            run_study(study=study, space=SPACE, evaluator=_fake_evaluator, objective=obj, n_trials=4)
+            # as parallel workers do: a baseline another worker is measuring is not enqueued again
+            run_study(study=study, space=SPACE, evaluator=_fake_evaluator, objective=obj, n_trials=4,
+                      baseline_elsewhere=True)  # fmt: skip
         except BaseException as exc:  # surfaced below
             errors.append(exc)
 

@@ -56,7 +56,7 @@ def test_workers_join_a_study_by_its_name(tmp_path: Path, mark: str) -> None:
         [
             "worker", "--study", "s", "--create", "--workload", str(wl), "--model", str(model), *studies,
             "--launcher", " ".join(FAKE_LAUNCHER), "--no-check-args", "--engine-arg=--kv-cache-memory-bytes=64M",
-            "--engine-arg=--max-model-len=1024", "--n-trials", "2", "--seed", "5",
+            "--engine-arg=--max-model-len=1024", "--n-trials", "2", "--seed", "5", "--no-prune", "--passes", "1",
         ],
         mark,
         tmp_path,
