@@ -296,7 +296,7 @@ async def replay(
     timings.sort(key=lambda t: t.sent)
     lag = schedule_lag(timings)
     if lag.behind:
-        log.warning("%s (at most %d of %d in-flight slots in use)", lag.note(), slots.peak, max_in_flight)
+        log.info("%s (at most %d of %d in-flight slots in use)", lag.note(), slots.peak, max_in_flight)
     return ReplayResult(
         timings=tuple(timings),
         duration_s=max(end - start, 1e-9),
