@@ -24,8 +24,15 @@ def _autotune(args: list[str], mark: str, cwd: Path, **popen: object) -> subproc
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # Ctrl-C as at a terminal, even when this suite runs in the background (where a shell
+        # starts it with SIGINT ignored, which Python then keeps: SIGINT would do nothing)
+        preexec_fn=_sigint_as_at_a_terminal,
         **popen,  # type: ignore[arg-type]
     )
+
+
+def _sigint_as_at_a_terminal() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _run(args: list[str], mark: str, cwd: Path, **popen: object) -> subprocess.CompletedProcess[str]:

@@ -276,6 +276,8 @@ def _parent(env: Path, files: dict[str, str], mark: str, n_gpus: int) -> subproc
         stderr=subprocess.STDOUT,
         text=True,
         start_new_session=True,  # its own group, as a shell gives a foreground job
+        # Ctrl-C as at a terminal, even when this suite runs in the background (which ignores SIGINT)
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
 
 
