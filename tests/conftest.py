@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -61,8 +62,17 @@ def mark() -> Iterator[str]:
     yield value
     left = wait_no_processes(value)
     for p in left:
-        p.kill()
-    assert not left, f"engine processes outlived the test: {[p.cmdline()[:4] for p in left]}"
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+    assert not left, f"engine processes outlived the test: {[_argv_head(p) for p in left]}"
+
+
+def _argv_head(p: psutil.Process) -> list[str] | str:
+    """The first words of a process's command line (a zombie or a gone process: said so)."""
+    try:
+        return p.cmdline()[:4]
+    except psutil.Error as exc:
+        return f"pid {p.pid}: {type(exc).__name__}"
 
 
 @pytest.fixture(scope="session")

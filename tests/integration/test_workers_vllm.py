@@ -38,7 +38,7 @@ def test_two_workers_on_real_vllm_share_one_study(
         startup_timeout_s=300,
         check_args=False,
         min_throughput_ratio=0.3,
-        passes="2",  # storage under concurrent writers is the subject, not passes or pruning
+        passes="1",  # storage under concurrent writers is the subject, not passes or pruning
         prune=False,
     )
     studies = tmp_path / "studies"

@@ -136,7 +136,9 @@ def test_when_the_working_set_fits_the_gpu_offload_is_measured_once_then_vetoed(
     assert prior.candidates[1]["cpu_swap_space_gb"] == 8  # the one check
     study = optuna.create_study()
     assert prior.veto(study, {"cpu_swap_space_gb": 16}) is None  # no offload measured yet
+    study.enqueue_trial({"cpu_swap_space_gb": 8})  # a measured offload trial
     t = study.ask({"cpu_swap_space_gb": optuna.distributions.CategoricalDistribution((0, 8, 16, 64))})
+    assert t.params["cpu_swap_space_gb"] == 8
     write_record(t, TrialRecord(status=TrialStatus.OK))
     study.tell(t, 1.0)
     why = prior.veto(study, {"cpu_swap_space_gb": 16})
