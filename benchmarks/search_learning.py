@@ -36,6 +36,8 @@ from typing import Any
 import _common as c
 import numpy as np
 import optuna
+from search_efficiency import grid_points as _grid_points
+from search_efficiency import key as _key
 
 from autotune.space import load_search_space, render_values
 from autotune.study import Figures, IncumbentPruner, TrialRecord, TrialStatus, write_record
@@ -44,18 +46,6 @@ from autotune.tuning._requests import read_request_timings
 
 SPACE_PATH = c.REPO / "benchmarks" / "data" / "grid_space.yaml"
 CHECKPOINTS = 4
-
-
-def _grid_points(space: Any) -> list[dict[str, Any]]:
-    import itertools
-
-    names = list(space.tunable)
-    choices = [list(p.choices) if p.choices else [True, False] for p in (space.tunable[n] for n in names)]
-    return [dict(zip(names, combo, strict=True)) for combo in itertools.product(*choices)]
-
-
-def _key(values: Mapping[str, Any]) -> str:
-    return json.dumps(dict(values), sort_keys=True)
 
 
 def _pass_ttfts(npz: str, n: int, passes: int) -> list[list[float]]:
