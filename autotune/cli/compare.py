@@ -13,7 +13,7 @@ from autotune.cli import _options as o
 from autotune.cli._console import console, out
 from autotune.errors import ConfigError
 from autotune.study import TrialRecord
-from autotune.tuning import Comparison, TuningSetup, build_setup, compare_configs, config_to_args
+from autotune.tuning import Comparison, TuningSetup, build_setup, compare_configs, config_to_args, on_gpus
 
 # ruff: noqa: UP045  (typer needs Optional at runtime on Python 3.10)
 
@@ -38,6 +38,13 @@ def compare(
         Optional[Path], typer.Option(help="Arm A config (default: vLLM's defaults plus --engine-arg flags).")
     ] = None,
     rounds: Annotated[int, typer.Option(min=1, help="Measurements of each arm (A B A B ...).")] = 3,
+    gpus: Annotated[
+        Optional[str],
+        typer.Option(
+            help="Measure on these GPUs only (one engine's worth, e.g. 1, or 2,3 for --tensor-parallel-size 2), "
+            "leased meanwhile: no study's worker starts an engine on them. Default: the GPUs this process sees."
+        ),
+    ] = None,
     engine_arg: o.EngineArg = None,
     profile: o.Profile = None,
     launcher: o.Launcher = None,
@@ -84,7 +91,7 @@ def compare(
     )  # fmt: skip
     a_name = f"A {baseline_config}" if baseline_config else "A defaults"
     b_name = f"B {config}"
-    with build_setup(choices) as setup:
+    with build_setup(choices) as base, on_gpus(base, gpus, owner=f"compare {config}") as setup:
         arms = [(a_name, a_args), (b_name, b_args)]
         _precheck(setup, arms)
         setup.check_fixed_flags()

@@ -145,13 +145,15 @@ def run(
     with build_setup(choices) as setup:
         for msg in setup.workload.skipped:
             console.print(f"[yellow]skipped[/yellow] {msg}")
+        groups = plan_groups(setup, gpus, workers=workers) if (gpus or workers) and not dry_run else None
+        if groups and groups[0].gpus:  # the baseline plan and the prior read the GPUs that measure them
+            setup.watch_gpus(groups[0].gpus)  # (worker 0's), not GPU 0 when another job fills it
         plan = plan_baseline(setup)
         setup.apply_prior()  # may shrink the space: before the dry run shows samples of it
         if dry_run:
             raise typer.Exit(_dry_run(setup, plan, dry_run_samples, seed, accept_reference))
         name = check_study_name(study or f"{workload.stem}-{setup.space.name}")
         setup.check_fixed_flags()
-        groups = plan_groups(setup, gpus, workers=workers) if gpus or workers else None
         with StudyLock(studies_dir, name):  # a second run of this study on this host refuses
             st, sdir = open_and_announce(setup, name, storage, studies_dir, seed, plan)
             for diff in check_fingerprint(st, setup, refuse=False):  # recorded for `autotune worker --study`

@@ -18,6 +18,7 @@ and :func:`record_devices` stores which devices each worker measures on.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -26,7 +27,7 @@ import os
 import socket
 import types
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -260,6 +261,21 @@ def for_gpus(
         guard = guard.for_gpus(group.gpus)
     setup.checker()  # started once, here, so that both setups hold the same one
     return dataclasses.replace(setup, launch=dataclasses.replace(setup.launch, env=env), guard=guard)
+
+
+@contextlib.contextmanager
+def on_gpus(
+    setup: TuningSetup, gpus: str | None, *, owner: str, probe: MachineProbe | None = None
+) -> Iterator[TuningSetup]:
+    """``setup`` measuring on one engine's worth of ``gpus`` (``--gpus 1``: GPU 1; a tensor-parallel
+    group: its first group), those GPUs leased while the block runs, so that no study's worker
+    starts an engine on them meanwhile. ``gpus`` None: ``setup`` as it is."""
+    if gpus is None:
+        yield setup
+        return
+    group = plan_groups(setup, gpus, workers=1, probe=probe)[0]
+    with GpuLease(group.gpus, owner=owner) as lease:
+        yield for_gpus(setup, group, lease, probe=probe)
 
 
 # -- what a worker measures, and on what ------------------------------------------------------

@@ -189,6 +189,12 @@ class TuningSetup:
         argv = self.engine.argv(self.launch, RenderedConfig(args=tuple(tuned_args)), 0)
         return argv[len(self.launch.launcher) :]
 
+    def watch_gpus(self, gpus: Sequence[int]) -> None:
+        """Memory checks of this process read only ``gpus`` (NVML numbers), e.g. the GPUs of the
+        worker that measures the baseline, not GPU 0 while another job fills it."""
+        if self.guard is not None and gpus:
+            self.guard = self.guard.for_gpus(gpus)
+
     def fit_reasons(self, tuned_args: Sequence[str] = ()) -> tuple[str, ...]:
         """Why a configuration would not fit this machine (empty: it fits, or memory checks are off)."""
         if self.guard is None:

@@ -3,6 +3,7 @@ own GPUs, each worker's memory guard reading only its own."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Iterator
 from pathlib import Path
@@ -10,10 +11,19 @@ from pathlib import Path
 import pytest
 
 from autotune.engine import LEASE_ENV, GpuLease
-from autotune.errors import ConfigError
+from autotune.errors import ConfigError, StudyBusyError
 from autotune.memory import GiB, MemorySampler
 from autotune.space import RenderedConfig
-from autotune.tuning import GpuGroup, TuningChoices, TuningSetup, build_setup, for_gpus, plan_groups
+from autotune.tuning import (
+    GpuGroup,
+    TuningChoices,
+    TuningSetup,
+    build_setup,
+    for_gpus,
+    on_gpus,
+    plan_baseline,
+    plan_groups,
+)
 from autotune.tuning._gpus import engine_gpus, gpu_mix, parse_gpus
 from tests.unit.conftest import FakeProbe, h100
 
@@ -177,3 +187,35 @@ def test_mixed_gpu_models_are_said() -> None:
     assert gpu_mix(["NVIDIA H200", "NVIDIA H200"]) is None
     said = gpu_mix(["NVIDIA H200", "NVIDIA A100-SXM4-80GB"])
     assert said is not None and "not comparable" in said and "A100" in said
+
+
+def test_compare_on_one_gpu_leases_it_and_reads_only_it(
+    setup: TuningSetup, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``compare --gpus 1`` while a study's engine fills GPU 0: the arms fit (GPU 1 is read, not 0),
+    the engines see GPU 1 only, and GPU 1 is leased until the comparison ends."""
+    monkeypatch.setenv("AUTOTUNE_GPU_LEASE_DIR", str(tmp_path / "leases"))
+    probe = four_gpus(used=(70, 0, 0, 0))
+    argv = ["--gpu-memory-utilization", "0.9"]
+    assert setup.guard is not None
+    with on_gpus(setup, None, owner="compare") as same:
+        assert same is setup
+    with on_gpus(setup, "1", owner="compare", probe=probe) as on1:
+        assert on1.guard is not None and on1.guard.gpus == (1,) and on1.guard.check(argv).feasible
+        assert on1.launch.process_env(RenderedConfig(args=()))["CUDA_VISIBLE_DEVICES"] == "1"
+        with pytest.raises(StudyBusyError, match="compare"):  # a worker asking for GPU 1 now waits its turn
+            GpuLease((1,)).acquire(settle_s=0)
+    with GpuLease((1,)) as again:  # released at the end
+        assert again.held
+    with pytest.raises(ConfigError, match="no GPU 7"), on_gpus(setup, "7", owner="compare", probe=probe):
+        pass
+
+
+def test_the_baseline_plan_reads_the_gpu_that_measures_it(setup: TuningSetup) -> None:
+    """``run --gpus 1`` while another job fills GPU 0: vLLM's defaults fit GPU 1, where worker 0
+    measures the baseline; reading GPU 0 would have swapped them for a smaller reference."""
+    assert setup.guard is not None
+    setup.guard = dataclasses.replace(setup.guard, probe=four_gpus(used=(70, 0, 0, 0)))
+    assert not plan_baseline(setup).defaults_fit  # the first visible GPU: full
+    setup.watch_gpus((1,))
+    assert plan_baseline(setup).defaults_fit and setup.guard.gpus == (1,)
