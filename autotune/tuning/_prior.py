@@ -278,17 +278,21 @@ def build_prior(setup: PriorInputs) -> Prior:
     close = [r for r in rows if r[0] >= best_hit - GAIN]
     close.sort(key=lambda r: (r[2][1] == default_block, r[2][0]), reverse=True)
     hit, best, (gpu, block, _) = close[0]
-    prior.candidates.append(dict(best))
+    # every value at vLLM's default (as the space names it): the baseline measures it already
+    is_baseline = all(tunable[n].default is not None and v == tunable[n].default for n, v in best.items())
+    if not is_baseline:
+        prior.candidates.append(dict(best))
     bound = prior.bound(block)
     prior.lines.append(
-        f"prior: best memory setting {_fmt(best, [*kv_knobs, 'block_size'])}: KV cache {gpu:,} tokens, predicted prefix "
-        f"hits {hit:.1%} of prompt tokens (unlimited cache: {bound:.1%})"
+        f"prior: best memory setting {_fmt(best, [*kv_knobs, 'block_size'])}"
+        + (" (vLLM's defaults: the baseline measures it)" if is_baseline and best else "")
+        + f": KV cache {gpu:,} tokens, predicted prefix hits {hit:.1%} of prompt tokens (unlimited cache: {bound:.1%})"
     )
     if POOL_PARAM in tunable:
         prior.space = _offload_plan(prior, tunable[POOL_PARAM], best, gpu, block, hit, ch.distinct * block)
     prior.lines.append(
         "prior: informed candidates after the baseline: "
-        + "; ".join(_fmt(c, list(c)) for c in prior.candidates)
+        + ("; ".join(_fmt(c, list(c)) for c in prior.candidates) or "none (the baseline is the best predicted)")
     )
     return prior
 

@@ -144,3 +144,16 @@ def test_when_the_working_set_fits_the_gpu_offload_is_measured_once_then_vetoed(
     why = prior.veto(study, {"cpu_swap_space_gb": 16})
     assert why is not None and "trial 0 already checked offload" in why
     assert prior.veto(study, {"cpu_swap_space_gb": 0}) is None
+
+
+def test_a_best_setting_at_vllms_defaults_is_left_to_the_baseline(tmp_path: Path) -> None:
+    """The memory setting predicted best is vLLM's defaults (every value at the space's default):
+    the baseline measures it, so only the pool candidate is enqueued, not a second defaults run."""
+    inputs = _gpu_inputs(tmp_path, docs=60)
+    params = dict(inputs.space.parameters)
+    util = params["gpu_memory_utilization"]
+    params["gpu_memory_utilization"] = util.model_copy(update={"default": 0.3})
+    inputs.space = inputs.space.model_copy(update={"parameters": params})
+    prior = build_prior(inputs)
+    assert [c.get("cpu_swap_space_gb") for c in prior.candidates] == [8]
+    assert any("the baseline measures it" in line for line in prior.lines)

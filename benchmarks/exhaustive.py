@@ -1,0 +1,154 @@
+"""Every configuration of a search space, measured once each, as a study trial measures it: the
+yardstick a short study is held to (issue 14: a 10-minute study against an exhaustive run).
+
+The grid is the product of the space's categorical choices, enqueued into one study (the baseline,
+vLLM's defaults, first) and run by the tool's own workers, one per GPU, with the prior and pruning
+off and every other choice as ``autotune run`` makes it. Re-running the same command resumes: grid
+points already finished are not enqueued again.
+
+    # on the lent pair of H200s, both GPUs (see benchmarks/gpu/round2_h200.sh)
+    python benchmarks/exhaustive.py --gpus 0,1 --workload benchmarks/gpu/rag_long.jsonl --model /root/m8b \\
+        --space benchmarks/gpu/space_h200_long.yaml --launcher "python3 -m vllm.entrypoints.cli.main serve" \\
+        --engine-arg=--load-format=dummy --engine-arg=--max-model-len=8192 \\
+        --engine-arg=--gpu-memory-utilization=0.15 --passes 1 --studies-dir /root/r2 --study long-grid
+    # here, without GPUs: the fake server (a start-up of 1 s per trial)
+    python benchmarks/exhaustive.py --fake --studies-dir /tmp/grid --study g
+
+Prints one row per configuration (its objective, status, start-up seconds) and the wall time, and
+writes them as JSON to ``--json-out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from autotune.study import read_record
+from autotune.tuning import (
+    ArrivalChoice,
+    TuningChoices,
+    build_setup,
+    open_study,
+    plan_baseline,
+    plan_groups,
+    run_parallel,
+)
+
+REPO = Path(__file__).resolve().parent.parent
+FAKE = (sys.executable, str(REPO / "tests" / "fakes" / "fake_vllm.py"))
+
+
+def grid_points(space: Any) -> list[dict[str, Any]]:
+    """Every combination of the tunable parameters' choices (categorical spaces only)."""
+    names, values = [], []
+    for name, p in space.tunable.items():
+        choices = [True, False] if p.type == "bool" else list(p.choices or ())
+        if not choices:
+            raise SystemExit(f"{name}: not categorical; an exhaustive run needs choices (fix: list them)")
+        names.append(name)
+        values.append(choices)
+    return [dict(zip(names, combo, strict=True)) for combo in itertools.product(*values)]
+
+
+def _key(params: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted((k, str(v)) for k, v in params.items()))
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--gpus", default=None, help="GPUs, one worker each, e.g. 0,1 (default: one worker).")
+    p.add_argument("--workload", type=Path, default=REPO / "examples" / "rag.jsonl")
+    p.add_argument("--model", default=None)
+    p.add_argument("--space", type=Path, default=None)
+    p.add_argument("--launcher", default=None)
+    p.add_argument("--engine-arg", action="append", default=[])
+    p.add_argument("--speed", type=float, default=1.0)
+    p.add_argument("--passes", default="1")
+    p.add_argument("--minutes", type=float, default=None, help="Stop starting trials after this long.")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--studies-dir", type=Path, default=Path("studies-grid"))
+    p.add_argument("--study", default="grid")
+    p.add_argument("--fake", action="store_true", help="the fake server (1 s start-up) and a tiny config")
+    p.add_argument("--json-out", type=Path, default=None)
+    args = p.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    model, launcher, space, engine_args = args.model, args.launcher, args.space, list(args.engine_arg)
+    if args.fake:
+        os.environ.setdefault("FAKE_START_DELAY", "1")
+        model_dir = args.studies_dir / "fake-model"
+        model_dir.mkdir(parents=True, exist_ok=True)
+        (model_dir / "config.json").write_text(
+            (REPO / "tests/data/model_configs/tiny-llama-2layer.json").read_text()
+        )
+        model, launcher = str(model_dir), " ".join(FAKE)
+        space = space or REPO / "benchmarks" / "data" / "grid_space.yaml"
+        engine_args += ["--max-model-len=2048"]
+    if model is None:
+        p.error("--model is required (or --fake)")
+    choices = TuningChoices(
+        workload=args.workload, model=model, space=space, launcher=launcher, engine_args=tuple(engine_args),
+        arrivals=ArrivalChoice(speed=args.speed, seed=args.seed), check_args=not args.fake,
+        passes=args.passes, prune=False, prior=False,
+    )  # fmt: skip
+    with build_setup(choices) as setup:
+        groups = plan_groups(setup, args.gpus, workers=None if args.gpus else 1)
+        if groups[0].gpus:
+            setup.watch_gpus(groups[0].gpus)
+        opened = open_study(setup, args.study, None, args.studies_dir, args.seed, plan_baseline(setup))
+        study = opened.study
+        present = {_key(t.params) for t in study.get_trials(deepcopy=False) if t.params}
+        points = grid_points(setup.space)
+        todo = [pt for pt in points if _key(pt) not in present]
+        for pt in todo:
+            study.enqueue_trial(pt)
+        waiting = sum(not t.state.is_finished() for t in study.get_trials(deepcopy=False))
+        print(f"grid of {len(points)} configurations; {len(todo)} enqueued now, {waiting} to run")
+        t0 = time.monotonic()
+        run_parallel(
+            setup, study, opened.directory, groups, storage=None, studies_dir=args.studies_dir,
+            n_trials=waiting, timeout_s=args.minutes * 60 if args.minutes else None, seed=args.seed, say=print,
+        )  # fmt: skip
+        wall = time.monotonic() - t0
+        metric = setup.objective.metric
+    rows = []
+    for t in study.get_trials():
+        if not t.state.is_finished():
+            continue
+        rec = read_record(t)
+        rows.append(
+            {
+                "trial": t.number,
+                "params": t.params or {"(baseline)": "vLLM defaults"},
+                "status": rec.status.value,
+                metric: (rec.figures or {}).get(metric) if rec.ok else None,
+                "prefix_hit_rate": (rec.figures or {}).get("prefix_hit_rate") if rec.ok else None,
+                "startup_s": rec.startup_s,
+                "gpus": t.user_attrs.get("gpus"),
+            }
+        )
+    for r in rows:
+        value = r[metric]
+        print(
+            f"#{r['trial']:>3} {r['status']:<10} {metric}={'-' if value is None else f'{value:.1f}'} "
+            f"start {r['startup_s'] or 0:.0f} s gpus {r['gpus']} {r['params']}"
+        )
+    ok = [r for r in rows if r[metric] is not None]
+    best = min(ok, key=lambda r: r[metric]) if ok else None
+    print(f"wall {wall / 60:.2f} min, {len(rows)} finished; best: {best}")
+    if args.json_out:
+        args.json_out.parent.mkdir(parents=True, exist_ok=True)
+        args.json_out.write_text(
+            json.dumps({"metric": metric, "wall_min": round(wall / 60, 2), "rows": rows, "best": best}, indent=1)
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
