@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from autotune.errors import AutotuneError
 from autotune.study import read_record
 from autotune.tuning import (
     ArrivalChoice,
@@ -145,10 +146,16 @@ def main() -> int:
     if args.json_out:
         args.json_out.parent.mkdir(parents=True, exist_ok=True)
         args.json_out.write_text(
-            json.dumps({"metric": metric, "wall_min": round(wall / 60, 2), "rows": rows, "best": best}, indent=1)
+            json.dumps(
+                {"metric": metric, "wall_min": round(wall / 60, 2), "rows": rows, "best": best}, indent=1
+            )
         )
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except AutotuneError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
