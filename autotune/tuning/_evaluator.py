@@ -225,7 +225,9 @@ class VllmEvaluator:
                         log.warning("stopping after pass %d: %s", k, refused)
                         break
                     before = await scrape_metrics(client, proc.base_url, names, path)
-                result, got, pruned = await self._one_pass(client, target, k, progress)
+                # the last pass (known once it is the planned count's, or a fixed count's last)
+                final = k == planned - 1 and (k > 0 or self.passes.count == 1)
+                result, got, pruned = await self._one_pass(client, target, k, progress, final=final)
                 after = await scrape_metrics(client, proc.base_url, names, path)
                 delta = (
                     MetricsDelta.between(before, after, self.host_sources, names)
@@ -270,10 +272,18 @@ class VllmEvaluator:
         return summarize(got, duration, slos_ms=self.slos_ms or None)
 
     async def _one_pass(
-        self, client: httpx.AsyncClient, target: ReplayTarget, k: int, progress: Progress | None
+        self,
+        client: httpx.AsyncClient,
+        target: ReplayTarget,
+        k: int,
+        progress: Progress | None,
+        *,
+        final: bool = False,
     ) -> tuple[ReplayResult | None, list[RequestTiming], str | None]:
         """One replay; with ``progress``, the figures so far are reported at each checkpoint and the
-        replay is cancelled when the answer says to stop (the partial timings are kept)."""
+        replay is cancelled when the answer says to stop (the partial timings are kept). ``final``:
+        the trial's last pass, whose last checkpoint is reported but never stops it (it has run in
+        full: nothing is left to save, and its figures are kept)."""
         got: list[RequestTiming] = []
         n = len(self.workload)
         marks = {max(1, round(n * (q + 1) / self.checkpoints)): q + 1 for q in range(self.checkpoints)}
@@ -287,7 +297,7 @@ class VllmEvaluator:
                 return
             partial = summarize(got, time.monotonic() - t_start, slos_ms=self.slos_ms or None)
             why = progress(k * self.checkpoints + q, partial.as_dict())
-            if why is not None:
+            if why is not None and not (final and q == self.checkpoints):
                 stop.set_result(why)
 
         task = asyncio.ensure_future(

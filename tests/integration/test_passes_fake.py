@@ -121,3 +121,22 @@ def test_a_study_with_a_pruned_trial_renders_in_the_table_and_the_report(tmp_pat
     assert "pruned" in text and "2 passes" in text
     html = write_study_report(study, tmp_path / "report.html").read_text()
     assert "pruned" in html
+
+
+def test_the_last_checkpoint_of_the_last_pass_never_stops_a_trial(tmp_path: Path, mark: str) -> None:
+    """Seen on the H200: a one-pass trial 'pruned' at 4/4 of its requests had run in full, saved
+    nothing and lost its figures. The end of a pass with more to come still stops the trial."""
+    (tmp_path / "one").mkdir()
+    (tmp_path / "two").mkdir()
+    one = _evaluator(tmp_path / "one", mark, 1, dict(DEV_MODE_ENV), n=8)
+    last = one.checkpoints
+
+    def stop_at_the_end_of_a_pass(step: int, partial: object) -> str | None:
+        return "worse than the incumbent" if step > 0 and step % last == 0 else None
+
+    rec = one(0, RenderedConfig(args=()), progress=stop_at_the_end_of_a_pass)
+    assert rec.status is TrialStatus.OK, rec.reason
+    assert rec.figures is not None and rec.figures.completed == 8
+    two = _evaluator(tmp_path / "two", mark, 2, dict(DEV_MODE_ENV), n=8)
+    rec = two(0, RenderedConfig(args=()), progress=stop_at_the_end_of_a_pass)
+    assert rec.status is TrialStatus.PRUNED and len(rec.passes) == 1  # its second pass was saved
