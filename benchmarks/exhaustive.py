@@ -104,7 +104,10 @@ def main() -> int:
             setup.watch_gpus(groups[0].gpus)
         opened = open_study(setup, args.study, None, args.studies_dir, args.seed, plan_baseline(setup))
         study = opened.study
-        present = {_key(t.params) for t in study.get_trials(deepcopy=False) if t.params}
+        present = {  # measured, or enqueued and waiting (its values in fixed_params)
+            _key(t.params or t.system_attrs.get("fixed_params") or {})
+            for t in study.get_trials(deepcopy=False)
+        }
         points = grid_points(setup.space)
         todo = [pt for pt in points if _key(pt) not in present]
         for pt in todo:

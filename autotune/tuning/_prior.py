@@ -292,7 +292,10 @@ def build_prior(setup: PriorInputs) -> Prior:
         prior.space = _offload_plan(prior, tunable[POOL_PARAM], best, gpu, block, hit, ch.distinct * block)
     prior.lines.append(
         "prior: informed candidates after the baseline: "
-        + ("; ".join(_fmt(c, list(c)) for c in prior.candidates) or "none (the baseline is the best predicted)")
+        + (
+            "; ".join(_fmt(c, list(c)) for c in prior.candidates)
+            or "none (the baseline is the best predicted)"
+        )
     )
     return prior
 

@@ -61,17 +61,23 @@ case "$PHASE" in
       --minutes 7.6 --json-out "$R/long-grid.json" > "$R/B-grid.txt" 2>&1; echo "exit $?" >> "$R/B-grid.txt"
     ;;
   C)
-    share_cache "$R/long-compare"; share_cache "$R/reference-compare"
-    printf 'gpu-memory-utilization: 0.15\n' > "$R/defaults-0.15.yaml"
-    printf 'gpu-memory-utilization: 0.9\n' > "$R/reference-0.9.yaml"
+    share_cache "$R/long-compare"; share_cache "$R/reference"
     (bash benchmarks/gpu/lmcache_check.sh > "$R/C-lmcache.txt" 2>&1) &
+    reference() {  # the KV-unconstrained reference: vLLM's defaults (memory share 0.9), one trial
+      if [ "$(left)" -gt 180 ]; then
+        timeout -s INT $(( $(left) - 5 )) python3 -m autotune run "${REF[@]}" --gpus "$1" --study reference \
+          --studies-dir "$R" --space benchmarks/gpu/space_h200_long.yaml --n-trials 1 --passes 1 \
+          --confirm-rounds 0 --out "$R/reference.yaml" >> "$R/C-reference.txt" 2>&1; echo "exit $?" >> "$R/C-reference.txt"
+      else echo "no time left for the reference on GPU $1 ($(left) s)" >> "$R/C-reference.txt"; fi
+    }
     (timeout -s INT $(( $(left) - 5 )) python3 -m autotune compare "${LONG[@]}" --config "$R/long-best.yaml" \
        --gpus 0 --rounds 2 --passes 1 --log-dir "$R/long-compare" --json-out "$R/long-compare.json" \
-       > "$R/C-long-compare.txt" 2>&1; echo "exit $?" >> "$R/C-long-compare.txt") &
-    (timeout -s INT $(( $(left) - 5 )) python3 -m autotune compare "${REF[@]}" \
-       --baseline-config "$R/defaults-0.15.yaml" --config "$R/reference-0.9.yaml" \
-       --gpus 1 --rounds 2 --passes 1 --log-dir "$R/reference-compare" --json-out "$R/reference-compare.json" \
-       > "$R/C-reference-compare.txt" 2>&1; echo "exit $?" >> "$R/C-reference-compare.txt") &
+       > "$R/C-long-compare.txt" 2>&1; echo "exit $?" >> "$R/C-long-compare.txt"
+     [ -f "$R/reference.db" ] || reference 0) &
+    (timeout -s INT $(( $(left) - 5 )) python3 benchmarks/exhaustive.py --gpus 1 "${LONG[@]}" \
+       --space benchmarks/gpu/space_h200_long.yaml --passes 1 --studies-dir "$R" --study long-grid \
+       --minutes 4.5 --json-out "$R/long-grid.json" > "$R/C-grid.txt" 2>&1; echo "exit $?" >> "$R/C-grid.txt"
+     [ -f "$R/reference.db" ] || reference 1) &
     wait
     ;;
   *) echo "usage: round2_h200.sh A|B|C"; exit 2 ;;
