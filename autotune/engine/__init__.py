@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 from autotune.engine._argcheck import ArgCheck, VllmArgChecker, checker_env
+from autotune.engine._connector_log import ConnectorHits, connector_hits
 from autotune.engine._launch import (
     CACHE_ENV_DIRS,
     CPU_LAUNCHER,
@@ -70,6 +71,7 @@ __all__ = [
     "ArgChecker",
     "Build",
     "CleanReport",
+    "ConnectorHits",
     "Engine",
     "EngineProcess",
     "EngineProfile",
@@ -89,6 +91,7 @@ __all__ = [
     "classify_failure",
     "clean_new_shm",
     "clean_stale_shm",
+    "connector_hits",
     "default_launcher",
     "default_space_path",
     "describe_exit",

@@ -12,6 +12,7 @@ from typing import Literal, Protocol
 
 from autotune.bench import MetricNames
 from autotune.engine._argcheck import ArgCheck
+from autotune.engine._connector_log import ConnectorHits
 from autotune.engine._launch import LaunchSpec
 from autotune.engine._logscan import KvCapacity
 from autotune.engine._platform import InstalledEngine
@@ -87,4 +88,9 @@ class Engine(Protocol):
     def startup_phases(self, log_text: str) -> dict[str, float]:
         """Seconds per start-up phase read from its log (imports, weights, compile, graphs, ...);
         only phases whose lines the log holds."""
+        ...
+
+    def connector_hits(self, log_text: str) -> ConnectorHits | None:
+        """What its KV connector says it served, from the connector's own log lines in
+        ``log_text`` (None: no such lines)."""
         ...

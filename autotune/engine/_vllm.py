@@ -10,6 +10,7 @@ from typing import Literal
 
 from autotune.bench import VLLM_METRICS, MetricNames
 from autotune.engine._argcheck import VllmArgChecker
+from autotune.engine._connector_log import ConnectorHits, connector_hits
 from autotune.engine._launch import LaunchSpec, build_argv, parse_engine_args
 from autotune.engine._logscan import KvCapacity, parse_kv_capacity
 from autotune.engine._platform import InstalledEngine, default_launcher, installed_engine
@@ -75,6 +76,9 @@ class VllmEngine:
 
     def startup_phases(self, log_text: str) -> dict[str, float]:
         return startup_phases(log_text)
+
+    def connector_hits(self, log_text: str) -> ConnectorHits | None:
+        return connector_hits(log_text)  # LMCache's lookups (LMCacheConnectorV1)
 
 
 VLLM = VllmEngine()

@@ -33,7 +33,7 @@ from autotune.bench import (
     warm_up,
 )
 from autotune.bench._replay import History
-from autotune.engine import VLLM, ArgChecker, Engine, EngineProcess, LaunchSpec
+from autotune.engine import VLLM, ArgChecker, ConnectorHits, Engine, EngineProcess, LaunchSpec
 from autotune.errors import EngineCrashed, EngineStartError
 from autotune.memory import MemorySampler
 from autotune.space import RenderedConfig
@@ -55,6 +55,7 @@ class _Measured:
     summaries: tuple[dict[str, Any], ...]
     notes: tuple[str, ...]
     pruned: str | None
+    connector: ConnectorHits | None = None  # what the KV connector's own log says it served
 
 
 log = logging.getLogger(__name__)
@@ -150,7 +151,11 @@ class VllmEvaluator:
         figs = Figures(figures.as_dict())
         record = base.with_(
             figures=figs,
-            metrics=Metrics(metrics.as_dict()) if metrics else None,
+            metrics=Metrics(
+                {**metrics.as_dict(), **(measured.connector.as_metrics() if measured.connector else {})}
+            )
+            if metrics
+            else None,
             log_path=str(proc.log_path),
             requests_path=str(requests_path),
             kv_tokens=kv.tokens if kv else None,
@@ -215,6 +220,7 @@ class VllmEvaluator:
             chat = any(r.is_chat for r in self.workload.requests)
             await warm_up(client, target, count=self.warmup_requests, chat=chat)
             t1 = time.monotonic()
+            log_mark = len(proc.log_text())  # the connector's lines of the measured passes follow
             first = await scrape_metrics(client, proc.base_url, names, path)
             before, planned, k = first, 1, 0
             while k < planned:
@@ -246,6 +252,9 @@ class VllmEvaluator:
             last = await scrape_metrics(client, proc.base_url, names, path)
             t2 = time.monotonic()
         metrics = MetricsDelta.between(first, last, self.host_sources, names) if first and last else None
+        connector = self.engine.connector_hits(proc.log_text()[log_mark:])
+        if connector is not None:
+            notes.append(connector.describe())
         summaries = tuple(p.summary(self.objective_metric) for p in passes)
         leak = reset_leak(summaries)
         if leak is not None:
@@ -261,6 +270,7 @@ class VllmEvaluator:
             summaries=summaries,
             notes=tuple(notes),
             pruned=passes[-1].pruned if passes else None,
+            connector=connector,
         )
 
     def _figures(self, got: list[RequestTiming], result: ReplayResult | None) -> TrialFigures:

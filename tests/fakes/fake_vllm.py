@@ -20,6 +20,8 @@ Faults, from the environment:
   FAKE_TTFT_SCALE=X         multiply the modelled time to first token (so it dominates the HTTP overhead)
   FAKE_RESTART_JITTER=CV    each start draws a factor N(1, CV) for its time to first token
   FAKE_RESET_KEEPS=1        POST /reset_prefix_cache answers success but keeps the cache (a leaking tier)
+  FAKE_LMCACHE_LOG=1        print LMCache's lookup line for each request (as LMCacheConnectorV1 does):
+                            "Reqid: cmpl-N, Total tokens W, LMCache hit tokens: H, need to load: H/2"
 POST /reset_prefix_cache empties its prefix cache, and exists only with VLLM_SERVER_DEV_MODE=1 (as vLLM).
 A --kv-cache-memory-bytes below 16M triples the time to first token (a starved KV pool).
 
@@ -200,6 +202,12 @@ def _make_handler(state: _State):
                 state.queries += len(words)
                 state.hits += hit
                 state.prompt_tokens += len(words)
+            if os.environ.get("FAKE_LMCACHE_LOG"):  # words stand for tokens
+                print(
+                    f"[LMCache INFO] Reqid: cmpl-{n}-0, Total tokens {len(words)}, "
+                    f"LMCache hit tokens: {hit}, need to load: {hit // 2}",
+                    flush=True,
+                )
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Transfer-Encoding", "chunked")

@@ -140,3 +140,18 @@ def test_the_last_checkpoint_of_the_last_pass_never_stops_a_trial(tmp_path: Path
     two = _evaluator(tmp_path / "two", mark, 2, dict(DEV_MODE_ENV), n=8)
     rec = two(0, RenderedConfig(args=()), progress=stop_at_the_end_of_a_pass)
     assert rec.status is TrialStatus.PRUNED and len(rec.passes) == 1  # its second pass was saved
+
+
+def test_the_connectors_own_log_lines_of_the_measured_passes_are_on_the_record(
+    tmp_path: Path, mark: str
+) -> None:
+    """LMCache's lookup lines (FAKE_LMCACHE_LOG prints them as LMCacheConnectorV1 does) of the
+    measured requests only: the warm-up's lines come before the mark and are left out."""
+    ev = _evaluator(tmp_path, mark, 1, {"FAKE_LMCACHE_LOG": "1"}, n=6)
+    ev.warmup_requests = 2
+    rec = ev(0, RenderedConfig(args=()))
+    assert rec.status is TrialStatus.OK, rec.reason
+    assert rec.metrics is not None
+    assert rec.metrics.raw["lmcache_requests"] == 6  # not 8: the two warm-up requests are left out
+    assert rec.metrics.raw["lmcache_hit_tokens"] and rec.metrics.raw["lmcache_load_share"]
+    assert any(n.startswith("LMCache's log: 6 requests looked up") for n in rec.notes), rec.notes
