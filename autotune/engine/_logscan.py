@@ -87,8 +87,11 @@ _PATTERNS: tuple[tuple[FailureClass, re.Pattern[str]], ...] = (
 )
 
 
-def classify_failure(log_text: str, *, exit_code: int | None, timed_out: bool = False) -> FailureClass:
-    """Classify an engine that exited (or never became healthy) from its log and exit code."""
+def classify_failure(
+    log_text: str, *, exit_code: int | None, timed_out: bool = False, oom_killed: bool | None = None
+) -> FailureClass:
+    """Classify an engine that exited (or never became healthy) from its log and exit code.
+    ``oom_killed``: whether the kernel's OOM-kill count rose while it ran (None: unknown here)."""
     if timed_out:
         return FailureClass.STARTUP_TIMEOUT
     for cls, pattern in _PATTERNS:
@@ -96,7 +99,9 @@ def classify_failure(log_text: str, *, exit_code: int | None, timed_out: bool = 
             return cls
     if exit_code == 2:
         return FailureClass.BAD_FLAG
-    if exit_code in (-9, 137):  # SIGKILL: usually the kernel's OOM killer
+    if exit_code in (-9, 137):  # SIGKILL: the kernel's OOM killer, unless its count says otherwise
+        return FailureClass.CRASH if oom_killed is False else FailureClass.OUT_OF_MEMORY
+    if oom_killed:  # a child (the engine core) was OOM-killed; the server exited after it
         return FailureClass.OUT_OF_MEMORY
     return FailureClass.CRASH
 

@@ -36,6 +36,7 @@ from autotune.engine._logscan import (
     failure_excerpt,
     parse_kv_capacity,
 )
+from autotune.engine._oomkill import oom_kill_count
 from autotune.engine._shm import DEFAULT_ENGINE_SHM_PATTERNS, SHM_DIR, CleanReport, ShmSnapshot, clean_new_shm
 from autotune.errors import EngineCrashed, EngineError, EngineStartError
 from autotune.space import RenderedConfig
@@ -78,6 +79,13 @@ def safe_python_env(env: Mapping[str, str]) -> dict[str, str]:
         else:
             del safe["PYTHONPATH"]
     return safe
+
+
+def _not_oom(code: int | None, oom_killed: bool | None) -> str:
+    """Said of a SIGKILL the kernel's OOM killer did not send (its kill count did not move)."""
+    if code in (-9, 137) and oom_killed is False:
+        return " (not by the kernel's OOM killer: its kill count did not move)"
+    return ""
 
 
 def describe_exit(returncode: int) -> str:
@@ -124,6 +132,7 @@ class EngineProcess:
         self.shm_report: CleanReport | None = None  # what stop() removed from shm_dir
         self._shm_before: ShmSnapshot | None = None
         self._proc: subprocess.Popen[bytes] | None = None
+        self._oom_kills_at_start: int | None = None
         self._pgid: int | None = None
         self.started_at: float | None = None
         self.ready_at: float | None = None
@@ -156,6 +165,7 @@ class EngineProcess:
             )
         self._pgid = self._proc.pid
         self.started_at = time.monotonic()
+        self._oom_kills_at_start = oom_kill_count()
         _reaper.register(self)
         log.debug("started engine pid %s on port %s: %s", self._proc.pid, self.port, " ".join(self.argv))
 
@@ -182,11 +192,12 @@ class EngineProcess:
     def _fail_start(self, code: int | None, *, timed_out: bool) -> None:
         self.stop()
         text = self.log_text()
-        failure = classify_failure(text, exit_code=code, timed_out=timed_out)
+        oom = self._oom_killed()
+        failure = classify_failure(text, exit_code=code, timed_out=timed_out, oom_killed=oom)
         why = (
             f"was not healthy after {self.spec.startup_timeout_s:.0f} s"
             if code is None
-            else f"{describe_exit(code)} before it was healthy"
+            else f"{describe_exit(code)}{_not_oom(code, oom)} before it was healthy"
         )
         evidence = failure_evidence(text)
         raise EngineStartError(
@@ -196,6 +207,13 @@ class EngineProcess:
             log_path=str(self.log_path),
         )
 
+    def _oom_killed(self) -> bool | None:
+        """Whether the kernel's OOM killer killed anything since this engine started (None: unknown)."""
+        now = oom_kill_count()
+        if now is None or self._oom_kills_at_start is None:
+            return None
+        return now > self._oom_kills_at_start
+
     def check_alive(self) -> None:
         """Raise :class:`EngineCrashed` if the server died after it was healthy."""
         if self._proc is None:
@@ -203,10 +221,11 @@ class EngineProcess:
         code = self._proc.poll()
         if code is not None:
             text = self.log_text()
-            failure = classify_failure(text, exit_code=code)
+            oom = self._oom_killed()
+            failure = classify_failure(text, exit_code=code, oom_killed=oom)
             evidence = failure_evidence(text)
             raise EngineCrashed(
-                f"vLLM {describe_exit(code)} during the run "
+                f"vLLM {describe_exit(code)}{_not_oom(code, oom)} during the run "
                 f"({failure.value}{': ' + evidence if evidence else ''}); log: {self.log_path}",
                 failure=failure.value,
                 log_tail=failure_excerpt(text),

@@ -1,8 +1,11 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from autotune.engine import FailureClass, KvCapacity, classify_failure, parse_kv_capacity
+from autotune.engine._oomkill import oom_kill_count
 
 CPU_KV_LINE = (
     "(EngineCore pid=3441) INFO 11-29 11:00:50 [kv_cache_utils.py:2327] CPU KV cache size: 32,768 tokens, "
@@ -162,3 +165,24 @@ def test_cpu_offload_on_the_cpu_build_is_a_bad_flag_combination() -> None:
         "Exception: CPU Offloading is currently only supported on CUDA-alike and XPU GPUs"
     )
     assert classify_failure(log, exit_code=1) is FailureClass.BAD_FLAG
+
+
+def test_sigkill_is_out_of_memory_only_when_the_oom_kill_count_rose() -> None:
+    """The kernel's OOM-kill count decides what a SIGKILL was: unchanged, another process killed
+    the engine (not its memory settings); risen, the OOM killer did, also when it killed the
+    engine core and the server exited with 1 after it."""
+    assert classify_failure("", exit_code=-9, oom_killed=False) is FailureClass.CRASH
+    assert classify_failure("", exit_code=137, oom_killed=True) is FailureClass.OUT_OF_MEMORY
+    assert classify_failure("", exit_code=-9, oom_killed=None) is FailureClass.OUT_OF_MEMORY  # unknown
+    assert classify_failure("", exit_code=1, oom_killed=True) is FailureClass.OUT_OF_MEMORY
+    assert classify_failure("", exit_code=1, oom_killed=False) is FailureClass.CRASH
+
+
+def test_the_oom_kill_count_is_read_from_the_first_readable_source(tmp_path: Path) -> None:
+    v1 = tmp_path / "memory.oom_control"
+    v1.write_text("oom_kill_disable 0\nunder_oom 0\noom_kill 3\n")
+    vmstat = tmp_path / "vmstat"
+    vmstat.write_text("pgfault 100\noom_kill 7\n")
+    assert oom_kill_count([tmp_path / "missing", v1, vmstat]) == 3
+    assert oom_kill_count([tmp_path / "missing", vmstat]) == 7
+    assert oom_kill_count([tmp_path / "missing"]) is None
