@@ -321,7 +321,10 @@ def test_real_vllm_from_a_hostile_directory_then_killed_leaves_no_code_run_and_n
         assert eng.pid is not None
         os.killpg(eng.pid, signal.SIGKILL)  # everything at once, as the OOM killer or kill -9 of a tree
         _wait_until_dead(eng)
-        with pytest.raises(EngineCrashed, match=r"vLLM was killed by SIGKILL( \(not by the kernel.s OOM killer: its kill count did not move\))? during the run"):
+        with pytest.raises(
+            EngineCrashed,
+            match=r"vLLM was killed by SIGKILL( \(not by the kernel.s OOM killer: its kill count did not move\))? during the run",
+        ):
             eng.check_alive()
     assert list(markers.iterdir()) == []
     # A SIGKILLed vLLM 0.32 (CPU) leaves its shm_broadcast segments (psm_*, 160-240 MiB) and
