@@ -34,14 +34,8 @@ from autotune.tuning._setup import (
     check_study_name,
     describe_params,
 )
-from autotune.tuning._workers import (
-    RUN_ATTR,
-    ParallelRun,
-    WorkerSpec,
-    run_parallel,
-    run_worker,
-    study_choices,
-)
+from autotune.tuning._worker import RUN_ATTR, WorkerSpec, run_worker, study_choices
+from autotune.tuning._workers import ParallelRun, run_parallel
 
 __all__ = [
     "FINGERPRINT_ATTR",

@@ -57,7 +57,7 @@ def _evaluator(slot: int):  # type: ignore[no-untyped-def]
 
 
 def _writer(url: str, slot: int, n: int) -> None:
-    from autotune.tuning._workers import wait_for_baseline
+    from autotune.tuning._worker import wait_for_baseline
 
     obj = Objective(min_throughput_ratio=0.5)
     study = load_or_create(url, "shared", obj, seed=slot)
