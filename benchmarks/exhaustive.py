@@ -121,7 +121,7 @@ def main() -> int:
         )  # fmt: skip
         wall = time.monotonic() - t0
         metric = setup.objective.metric
-    rows = []
+    rows: list[dict[str, Any]] = []
     for t in study.get_trials():
         if not t.state.is_finished():
             continue
@@ -131,8 +131,8 @@ def main() -> int:
                 "trial": t.number,
                 "params": t.params or {"(baseline)": "vLLM defaults"},
                 "status": rec.status.value,
-                metric: (rec.figures or {}).get(metric) if rec.ok else None,
-                "prefix_hit_rate": (rec.figures or {}).get("prefix_hit_rate") if rec.ok else None,
+                metric: rec.figures.get(metric) if rec.ok and rec.figures else None,
+                "prefix_hit_rate": rec.metrics.prefix_hit_rate if rec.ok and rec.metrics else None,
                 "startup_s": rec.startup_s,
                 "gpus": t.user_attrs.get("gpus"),
             }
