@@ -152,3 +152,35 @@ def test_replay_scale_quick_replays_one_timestamp_and_cancels_cleanly(tmp_path: 
     k = r["cancel"]
     assert k["tasks_left"] == 0 and 0 <= k["return_s"] < 5
     assert "Replayer at scale" in md
+
+
+@pytest.mark.timeout(240)
+def test_exhaustive_measures_every_grid_point_once_and_a_rerun_adds_none(tmp_path: Path) -> None:
+    """benchmarks/exhaustive.py against the fake server: a 2 x 2 space, its 4 configurations and the
+    baseline, each measured once; running it again resumes and enqueues nothing."""
+    space = tmp_path / "space.yaml"
+    space.write_text(
+        "name: g\nplatform: cpu\nparameters:\n"
+        "  kv_cache_memory_bytes: {type: categorical, choices: [20, 40], format: '{}M', flag: --kv-cache-memory-bytes}\n"
+        "  block_size: {type: categorical, choices: [64, 128], flag: --block-size}\n"
+    )
+    wl = tmp_path / "wl.jsonl"
+    wl.write_text(
+        "".join(json.dumps({"prompt": f"doc words here q{i}", "max_tokens": 2}) + "\n" for i in range(4))
+    )
+    cmd = [
+        sys.executable, str(REPO / "benchmarks" / "exhaustive.py"), "--fake", "--space", str(space),
+        "--workload", str(wl), "--studies-dir", str(tmp_path / "s"), "--study", "g", "--json-out",
+        str(tmp_path / "g.json"),
+    ]  # fmt: skip
+    first = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=200)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "grid of 4 configurations; 4 enqueued now, 5 to run" in first.stdout
+    rows = json.loads((tmp_path / "g.json").read_text())["rows"]
+    assert len(rows) == 5 and all(r["status"] == "ok" and _positive(r["ttft_p90"]) for r in rows)
+    assert sorted(str(r["params"]) for r in rows if "block_size" in r["params"]) == sorted(
+        str({"kv_cache_memory_bytes": k, "block_size": b}) for k in (20, 40) for b in (64, 128)
+    )
+    again = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=200)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "grid of 4 configurations; 0 enqueued now, 0 to run" in again.stdout
