@@ -111,6 +111,8 @@ def compare(
 
         result = compare_configs(setup.evaluator(log_dir), arms, rounds=rounds, on_run=on_run)
     out.print(_table(result, setup.workload.path.name, rounds))
+    for line in result.disagreeing():
+        console.print(f"[yellow]{line}[/yellow]", soft_wrap=True)
     if json_out is not None:
         json_out.parent.mkdir(parents=True, exist_ok=True)
         json_out.write_text(json.dumps(result.as_dict(), indent=2))

@@ -23,6 +23,7 @@ from autotune.study import Evaluator, TrialRecord
 __all__ = ["ArmSummary", "Comparison", "compare_configs", "config_to_args", "significant_gain"]
 
 _FIGURES = ("ttft_p50", "ttft_p90", "tpot_p50", "output_throughput", "goodput")
+DISAGREE_FACTOR = 1.5  # runs of one arm further apart than this are flagged (restart noise: 5-25%)
 
 
 def config_to_args(path: Path) -> tuple[str, list[str]]:
@@ -80,7 +81,31 @@ class Comparison:
                 "failed_runs": sum(not r.ok for r in s.runs),
             }
 
-        return {"a": arm(self.a), "b": arm(self.b), "ratio_b_over_a": {f: self.ratio(f) for f in _FIGURES}}
+        return {
+            "a": arm(self.a),
+            "b": arm(self.b),
+            "ratio_b_over_a": {f: self.ratio(f) for f in _FIGURES},
+            "disagreeing": self.disagreeing(),
+        }
+
+    def disagreeing(self, factor: float = DISAGREE_FACTOR) -> list[str]:
+        """A line for each arm whose runs of a time-to-token figure lie more than ``factor`` apart
+        (slowest over fastest): one run unlike its twin is not evidence, and with few rounds the
+        median is then mostly that run (seen on the H200: 212 and 965 ms for one command)."""
+        lines = []
+        for arm in (self.a, self.b):
+            for name in ("ttft_p50", "ttft_p90"):
+                lo_hi = arm.spread(name)
+                if lo_hi is None or lo_hi[0] <= 0 or len(arm.figures.get(name) or ()) < 2:
+                    continue
+                lo, hi = lo_hi
+                if hi / lo > factor:
+                    lines.append(
+                        f"{arm.name}: its runs disagree on {name} ({lo:.1f}-{hi:.1f} ms, {hi / lo:.1f}x apart); "
+                        "the median is not evidence (fix: more --rounds, and look at that run's log)"
+                    )
+                    break
+        return lines
 
 
 def _figures(record: TrialRecord, extra: Sequence[str] = ()) -> dict[str, float]:

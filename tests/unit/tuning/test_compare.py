@@ -75,3 +75,19 @@ def test_a_gain_inside_the_noise_is_not_called_an_improvement() -> None:
     assert not ok and "noise floor" in why
     ok, _ = significant_gain(_comparison([100], [120]), "ttft_p90", maximize=True)
     assert ok  # a throughput-like metric: higher is better
+
+
+def test_an_arm_whose_runs_disagree_is_flagged() -> None:
+    """The H200's defaults measured 212 and 965 ms p90 in two runs of one command: the median of
+    two is then mostly the odd run, and the comparison says so; runs within the noise are not flagged."""
+    from autotune.tuning import ArmSummary, Comparison
+
+    a = ArmSummary("A defaults", (), (), {"ttft_p50": [136.2, 154.6], "ttft_p90": [212.3, 965.2]})
+    b = ArmSummary("B best.yaml", (), (), {"ttft_p50": [50.9, 57.2], "ttft_p90": [163.3, 164.6]})
+    lines = Comparison(a, b).disagreeing()
+    assert len(lines) == 1 and lines[0].startswith(
+        "A defaults: its runs disagree on ttft_p90 (212.3-965.2 ms, 4.5x"
+    )
+    assert Comparison(a, b).as_dict()["disagreeing"] == lines
+    one_run = ArmSummary("A", (), (), {"ttft_p90": [212.3]})
+    assert Comparison(one_run, b).disagreeing() == []
