@@ -68,6 +68,11 @@ def profile_report(profile: EngineProfile, space: SearchSpace | None = None) -> 
     parts: list[RenderableType] = [table]
     if profile.unavailable:
         parts.append(Text(f"offload unavailable here: {profile.unavailable}", style="yellow"))
+    elif profile.name == "cuda-lmcache":
+        from autotune.engine import lmcache_ops
+
+        ops = lmcache_ops()
+        parts.append(Text(ops.warning() or ops.line, style="yellow" if not ops.loads else ""))
     if profile.shm_patterns:
         stale = clean_stale_shm(profile.shm_patterns, dry_run=True)
         line = (

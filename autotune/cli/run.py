@@ -199,6 +199,8 @@ def open_and_announce(
     setup: TuningSetup, name: str, storage: str | None, studies_dir: Path, seed: int, plan: BaselinePlan
 ) -> tuple[optuna.Study, Path]:
     """Open the study (see :func:`autotune.tuning.open_study`) and say what this run starts from."""
+    import logging
+
     opened = open_study(setup, name, storage, studies_dir, seed, plan)
     log_to_file(opened.directory / "study.log")
     st = opened.study
@@ -208,6 +210,13 @@ def open_and_announce(
         )
     for pname, reason in setup.space.unsupported.items():
         console.print(f"[dim]not tuned with profile {setup.profile.name}: {pname}: {reason}[/dim]")
+    if setup.profile.name == "cuda-lmcache" and setup.profile.unavailable is None:
+        from autotune.engine import lmcache_ops
+
+        ops = lmcache_ops()  # a slow fallback would be tuned and deployed without a word
+        logging.getLogger("autotune.engine").info("LMCache's compiled ops: %s", ops.line)
+        if ops.warning():
+            console.print(f"[yellow]{ops.warning()}[/yellow]", soft_wrap=True)
     if opened.recovered:
         console.print(f"recovered {opened.recovered} measured trial(s) that a storage fault had kept locally")
     if opened.shm_cleaned is not None and opened.shm_cleaned.removed:

@@ -24,6 +24,7 @@ from autotune.engine._lease import (
     lease_holders,
     stop_leftover_engines,
 )
+from autotune.engine._lmcache_ops import LmcacheOps, lmcache_ops
 from autotune.engine._logscan import (
     FailureClass,
     KvCapacity,
@@ -82,6 +83,7 @@ __all__ = [
     "KvCapacity",
     "LaunchSpec",
     "LeaseHolder",
+    "LmcacheOps",
     "ShmSnapshot",
     "VllmArgChecker",
     "VllmEngine",
@@ -105,6 +107,7 @@ __all__ = [
     "lease_dir",
     "lease_holders",
     "live_count",
+    "lmcache_ops",
     "parse_engine_args",
     "parse_kv_capacity",
     "parse_size",

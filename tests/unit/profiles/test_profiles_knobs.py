@@ -6,10 +6,11 @@ import os
 import subprocess
 import sys
 
+import pytest
 from rich.console import Console
 
 from autotune.cli.doctor import profile_report
-from autotune.engine import InstalledEngine, build_profile, installed_engine, supported_knobs
+from autotune.engine import InstalledEngine, LmcacheOps, build_profile, installed_engine, supported_knobs
 from autotune.engine._profiles import ASCEND_CONNECTOR_MODULES
 from tests.conftest import REPO
 
@@ -49,6 +50,21 @@ def test_profile_report_says_why_a_profile_cannot_run() -> None:
     assert "Engine profile ascend" in text
     assert "offload unavailable here: vllm-ascend 0.24.0 has no CPUOffloadingConnector" in text
     assert "cpu_kv_cache_*" in text  # the stale-pool line for /dev/shm
+
+
+def test_profile_report_warns_when_lmcaches_ops_fall_back_to_torch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a GPU machine with LMCache installed, the doctor loads LMCache's compiled ops (in a child
+    process) and says so when they do not load: LMCache would run its slow pure-torch path."""
+    import autotune.engine
+
+    profile = build_profile("cuda-lmcache", FULL)
+    assert profile.unavailable is None
+    line = "lmcache 0.5.6: lmcache.cuda_ops does not load with torch 2.11.0+cu130 (ImportError: undefined symbol)"
+    monkeypatch.setattr(autotune.engine, "lmcache_ops", lambda: LmcacheOps(False, line))
+    console = Console(record=True, width=400, color_system=None)
+    console.print(profile_report(profile))
+    text = console.export_text()
+    assert line + ": LMCache falls back to its pure-torch ops" in text
 
 
 def _doctor(*args: str) -> subprocess.CompletedProcess[str]:
