@@ -120,6 +120,14 @@ Prior = Annotated[
         "offload where it cannot add hits."
     ),
 ]
+CompileCache = Annotated[
+    Optional[Path],
+    typer.Option(
+        help="Folder for vLLM's compile and kernel caches (VLLM_CACHE_ROOT, TORCHINDUCTOR_CACHE_DIR, "
+        "TRITON_CACHE_DIR), shared by every engine that uses it: give several studies one folder and a "
+        "configuration compiled once starts warm in all of them. Default: STUDY/cache (compare: LOG_DIR/cache).",
+    ),
+]
 StudiesDir = Annotated[Path, typer.Option(help="Home of study databases, trial logs and exports.")]
 
 
@@ -153,6 +161,7 @@ def tuning_choices(
     passes: str = "auto",
     prune: bool = True,
     prior: bool = True,
+    compile_cache: Path | None = None,
 ) -> TuningChoices:
     return TuningChoices(
         workload=workload,
@@ -181,4 +190,5 @@ def tuning_choices(
         passes=passes,
         prune=prune,
         prior=prior,
+        compile_cache=compile_cache,
     )

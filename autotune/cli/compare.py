@@ -68,6 +68,7 @@ def compare(
     ),
     json_out: Annotated[Optional[Path], typer.Option(help="Write every figure as JSON here.")] = None,
     passes: o.Passes = "auto",
+    compile_cache: o.CompileCache = None,
 ) -> None:
     """Measure arm A (defaults) and arm B (a config) alternately and report medians, spread and ratio.
 
@@ -88,6 +89,7 @@ def compare(
         host_share=host_share, allow_swap=allow_swap, check_memory=check_memory, check_args=check_args,
         slo=slo,
         passes=passes,
+        compile_cache=compile_cache,
     )  # fmt: skip
     a_name = f"A {baseline_config}" if baseline_config else "A defaults"
     b_name = f"B {config}"

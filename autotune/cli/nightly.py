@@ -87,6 +87,7 @@ def nightly(
     check_args: o.CheckArgs = True,
     skip_bad_lines: o.SkipBadLines = False,
     passes: o.Passes = "auto",
+    compile_cache: o.CompileCache = None,
     prune: o.Prune = True,
     prior: o.Prior = True,
 ) -> None:
@@ -114,7 +115,7 @@ def nightly(
         sample=sample, seed=seed, warmup=warmup, api_key_env=api_key_env, host_share=host_share,
         allow_swap=allow_swap, check_memory=check_memory, check_args=check_args, skip_bad_lines=skip_bad_lines,
         objective=objective, slo=slo, min_throughput_ratio=min_throughput_ratio,
-        passes=passes, prune=prune, prior=prior,
+        passes=passes, prune=prune, prior=prior, compile_cache=compile_cache,
     )  # fmt: skip
     with build_setup(choices) as setup, StudyLock(studies_dir, name, what="study"):
         setup.check_fixed_flags()

@@ -55,6 +55,7 @@ _FIELDS = {
     "allow_swap": "allow_swap", "check_memory": "check_memory", "check_args": "check_args",
     "skip_bad_lines": "skip_bad_lines", "objective": "objective", "slo": "slos",
     "min_throughput_ratio": "min_throughput_ratio", "passes": "passes", "prune": "prune", "prior": "prior",
+    "compile_cache": "compile_cache",
 }  # fmt: skip
 
 
@@ -145,6 +146,7 @@ def worker(
         ),
     ] = None,
     passes: o.Passes = "auto",
+    compile_cache: o.CompileCache = None,
     prune: o.Prune = True,
     prior: o.Prior = True,
 ) -> None:
@@ -183,7 +185,7 @@ def worker(
         api_key_env=api_key_env, host_share=host_share, allow_swap=allow_swap, check_memory=check_memory,
         check_args=check_args, skip_bad_lines=skip_bad_lines, objective=objective, slo=slo,
         min_throughput_ratio=min_throughput_ratio,
-        passes=passes, prune=prune, prior=prior,
+        passes=passes, prune=prune, prior=prior, compile_cache=compile_cache,
     )  # fmt: skip
     choices = given if recorded is None else _merge(recorded, given, explicit)
     slot = index if index is not None else _index_default()

@@ -375,7 +375,8 @@ def check_fingerprint(study: optuna.Study, setup: TuningSetup, *, refuse: bool =
 
 
 def _portable(choices: TuningChoices) -> TuningChoices:
-    """Paths made absolute (a worker elsewhere finds the same mount points, or says it cannot)."""
+    """Paths made absolute (a worker elsewhere finds the same mount points, or says it cannot); the
+    compile cache left out (a folder of this host: a worker elsewhere keeps its own)."""
     model = Path(choices.model)
     return dataclasses.replace(
         choices,
@@ -383,6 +384,7 @@ def _portable(choices: TuningChoices) -> TuningChoices:
         space=choices.space.resolve() if choices.space else None,
         model=str(model.resolve()) if model.exists() else choices.model,
         preview=False,
+        compile_cache=None,
     )
 
 

@@ -95,6 +95,7 @@ class TuningChoices:
     passes: str = "auto"  # replays per started engine: a count, or auto (see tuning._passes)
     prune: bool = True  # stop a trial early when it is worse than the incumbent beyond the noise
     prior: bool = True  # the workload-aware prior: informed candidates, a shrunk space, vetoes
+    compile_cache: Path | None = None  # vLLM's compile/kernel caches (None: each evaluator's log_dir/cache)
 
 
 @dataclass
@@ -274,6 +275,7 @@ def _build(choices: TuningChoices, engine: Engine) -> TuningSetup:
         api_key=_api_key(choices.api_key_env),
         startup_timeout_s=choices.startup_timeout_s,
         env=dict(DEV_MODE_ENV) if pass_plan.repeated else {},  # the cache reset between passes
+        cache_dir=Path(choices.compile_cache).expanduser().resolve() if choices.compile_cache else None,
     )
     platform: Literal["cuda", "cpu"] = "cpu" if space.platform == "cpu" else "cuda"
     guard = (

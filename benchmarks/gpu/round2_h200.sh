@@ -2,7 +2,8 @@
 # Round two on the lent pair of H200s (nvidia-h200-x2; issues 14, 15 and 18), vLLM 0.26.0 GPU build
 # from ../shared/gpu, the 8B-shaped dummy Llama at /root/m8b, CUDA graphs ON (no --enforce-eager)
 # with one compile cache shared by every study and comparison (/root/r2-cache, linked as each
-# folder's cache/). One trial = one pass (--passes 1) everywhere: see RESULTS.md for why.
+# folder's cache/; `--compile-cache /root/r2-cache`, added after these runs, does the same). One trial
+# = one pass (--passes 1) everywhere: see RESULTS.md for why.
 #
 #   call 1 (.gpu/c1 .gpu/s):  bash .gpu/s/install.sh c1
 #   call 2 (.gpu/c2 .gpu/s):  bash .gpu/s/install.sh c2 && bash benchmarks/gpu/round2_h200.sh A

@@ -219,3 +219,24 @@ def test_the_baseline_plan_reads_the_gpu_that_measures_it(setup: TuningSetup) ->
     assert not plan_baseline(setup).defaults_fit  # the first visible GPU: full
     setup.watch_gpus((1,))
     assert plan_baseline(setup).defaults_fit and setup.guard.gpus == (1,)
+
+
+def test_a_compile_cache_given_is_shared_by_every_evaluator_and_stays_on_this_host(tmp_path: Path) -> None:
+    """``--compile-cache DIR``: every evaluator (a study's, a comparison's) points vLLM's caches
+    into DIR instead of its own log folder; a study records its choices without it, since a worker
+    on another host keeps its own folder."""
+    from autotune.space import RenderedConfig
+    from autotune.tuning._gpus import _portable
+
+    shared = tmp_path / "shared-cache"
+    for setup in _setup(tmp_path, cpu=True):
+        assert setup.evaluator(tmp_path / "study").spec.cache_dir == tmp_path / "study" / "cache"
+        choices = dataclasses.replace(setup.choices, compile_cache=shared)
+    with build_setup(choices) as with_cache:
+        for log_dir in (tmp_path / "study-a", tmp_path / "compare"):
+            ev = with_cache.evaluator(log_dir)
+            assert ev.spec.cache_dir == shared.resolve()
+            assert ev.spec.process_env(RenderedConfig(args=()))["VLLM_CACHE_ROOT"] == str(
+                shared.resolve() / "vllm"
+            )
+        assert _portable(with_cache.choices).compile_cache is None
