@@ -39,9 +39,8 @@ R=/root/lmc
 mkdir -p "$OUT" "$R" /root/r2-cache
 L="python3 -m vllm.entrypoints.cli.main serve"
 LONG=(--workload benchmarks/gpu/rag_long.jsonl --model /root/m8b --launcher "$L" --engine-arg=--load-format=dummy
-      --engine-arg=--max-model-len=8192 --engine-arg=--gpu-memory-utilization=0.15)
+      --engine-arg=--max-model-len=8192 --engine-arg=--gpu-memory-utilization=0.15 --compile-cache /root/r2-cache)
 left() { echo $((T0 + BUDGET - $(date +%s))); }
-share_cache() { mkdir -p "$1" && { [ -e "$1/cache" ] || ln -s /root/r2-cache "$1/cache"; }; }
 ngpu=$(nvidia-smi --query-gpu=index --format=csv,noheader | wc -l)
 echo "phase $PHASE at $(date -u +%FT%TZ); $ngpu GPU(s)" | tee "$R/phase-$PHASE.txt"
 case "$PHASE" in
@@ -50,14 +49,12 @@ case "$PHASE" in
       .whl/alt/lmcache-0.5.3-*.whl $(ls .whl/*.whl | grep -v '/lmcache-') 2>&1 | tail -3
     python3 -c "import torch, lmcache, lmcache.c_ops; print('lmcache', lmcache.__version__, 'c_ops ok, torch', torch.__version__)" \
       2>&1 | tail -1 | tee -a "$R/phase-A.txt"
-    share_cache "$R/lmcache"
     timeout -s INT $(( $(left) - 5 )) python3 -m autotune run "${LONG[@]}" --profile cuda-lmcache \
       --space benchmarks/gpu/space_h200_lmcache.yaml --gpus 0 --study lmcache --studies-dir "$R" --n-trials 20 \
       --timeout 360 --passes 1 --confirm-rounds 0 --out "$R/lmcache-best.yaml" > "$R/A-study.txt" 2>&1
     echo "exit $?" >> "$R/A-study.txt"
     ;;
   B)
-    share_cache "$R/vs-defaults"; share_cache "$R/vs-native"
     cp benchmarks/gpu/results/round2/long-best.yaml "$R/native-best.yaml"
     vs_native() {
       timeout -s INT $(( $(left) - 5 )) python3 -m autotune compare "${LONG[@]}" --profile cuda-lmcache --gpus "$1" \
