@@ -95,6 +95,18 @@ def bench_model(models_dir: Path) -> str:
     return str(make_tiny_model(models_dir / f"tiny-l{BENCH_LAYERS}", layers=BENCH_LAYERS))
 
 
+def fake_engine(root: Path, start_delay_s: float) -> tuple[str, str]:
+    """(model, launcher) for ``--fake`` runs: the fake server, with a start-up of ``start_delay_s``
+    (FAKE_START_DELAY, unless set), and a model folder holding only a tiny config.json."""
+    os.environ.setdefault("FAKE_START_DELAY", f"{start_delay_s:g}")
+    model_dir = Path(root) / "fake-model"
+    model_dir.mkdir(parents=True, exist_ok=True)
+    (model_dir / "config.json").write_text(
+        (REPO / "tests/data/model_configs/tiny-llama-2layer.json").read_text()
+    )
+    return str(model_dir), " ".join(FAKE_LAUNCHER)
+
+
 def fixed_args(*, quick: bool) -> tuple[str, ...]:
     return QUICK_FIXED_ARGS if quick else FIXED_ARGS
 

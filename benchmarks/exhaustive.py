@@ -21,14 +21,15 @@ writes them as JSON to ``--json-out``.
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import logging
-import os
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+import _common as c
+from search_efficiency import grid_points, key
 
 from autotune.errors import AutotuneError
 from autotune.study import read_record
@@ -43,23 +44,12 @@ from autotune.tuning import (
 )
 
 REPO = Path(__file__).resolve().parent.parent
-FAKE = (sys.executable, str(REPO / "tests" / "fakes" / "fake_vllm.py"))
 
 
-def grid_points(space: Any) -> list[dict[str, Any]]:
-    """Every combination of the tunable parameters' choices (categorical spaces only)."""
-    names, values = [], []
+def _check_categorical(space: Any) -> None:
     for name, p in space.tunable.items():
-        choices = [True, False] if p.type == "bool" else list(p.choices or ())
-        if not choices:
+        if p.type != "bool" and not p.choices:
             raise SystemExit(f"{name}: not categorical; an exhaustive run needs choices (fix: list them)")
-        names.append(name)
-        values.append(choices)
-    return [dict(zip(names, combo, strict=True)) for combo in itertools.product(*values)]
-
-
-def _key(params: dict[str, Any]) -> tuple[tuple[str, str], ...]:
-    return tuple(sorted((k, str(v)) for k, v in params.items()))
 
 
 def main() -> int:
@@ -82,13 +72,7 @@ def main() -> int:
     logging.basicConfig(level=logging.WARNING)
     model, launcher, space, engine_args = args.model, args.launcher, args.space, list(args.engine_arg)
     if args.fake:
-        os.environ.setdefault("FAKE_START_DELAY", "1")
-        model_dir = args.studies_dir / "fake-model"
-        model_dir.mkdir(parents=True, exist_ok=True)
-        (model_dir / "config.json").write_text(
-            (REPO / "tests/data/model_configs/tiny-llama-2layer.json").read_text()
-        )
-        model, launcher = str(model_dir), " ".join(FAKE)
+        model, launcher = c.fake_engine(args.studies_dir, 1)
         space = space or REPO / "benchmarks" / "data" / "grid_space.yaml"
         engine_args += ["--max-model-len=2048"]
     if model is None:
@@ -105,11 +89,12 @@ def main() -> int:
         opened = open_study(setup, args.study, None, args.studies_dir, args.seed, plan_baseline(setup))
         study = opened.study
         present = {  # measured, or enqueued and waiting (its values in fixed_params)
-            _key(t.params or t.system_attrs.get("fixed_params") or {})
+            key(t.params or t.system_attrs.get("fixed_params") or {})
             for t in study.get_trials(deepcopy=False)
         }
+        _check_categorical(setup.space)
         points = grid_points(setup.space)
-        todo = [pt for pt in points if _key(pt) not in present]
+        todo = [pt for pt in points if key(pt) not in present]
         for pt in todo:
             study.enqueue_trial(pt)
         waiting = sum(not t.state.is_finished() for t in study.get_trials(deepcopy=False))

@@ -20,11 +20,12 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+import _common as c
 
 from autotune.tuning import (
     RUN_ATTR,
@@ -38,7 +39,6 @@ from autotune.tuning import (
 )
 
 REPO = Path(__file__).resolve().parent.parent
-FAKE = (sys.executable, str(REPO / "tests" / "fakes" / "fake_vllm.py"))
 
 
 def _measure(
@@ -98,13 +98,7 @@ def main() -> int:
     logging.basicConfig(level=logging.WARNING)
     model, launcher, space, engine_args = args.model, args.launcher, args.space, list(args.engine_arg)
     if args.fake:
-        os.environ.setdefault("FAKE_START_DELAY", "3")
-        model_dir = Path(args.studies_dir) / "fake-model"
-        model_dir.mkdir(parents=True, exist_ok=True)
-        (model_dir / "config.json").write_text(
-            (REPO / "tests/data/model_configs/tiny-llama-2layer.json").read_text()
-        )
-        model, launcher = str(model_dir), " ".join(FAKE)
+        model, launcher = c.fake_engine(Path(args.studies_dir), 3)
         space = space or REPO / "search_spaces" / "cpu.yaml"
         engine_args += ["--max-model-len=2048", "--kv-cache-memory-bytes=64M"]
     if model is None:
