@@ -9,17 +9,8 @@ from autotune.tuning._compare import ArmSummary, Comparison, compare_configs, co
 from autotune.tuning._confirm import confirm_best
 from autotune.tuning._dry_run import CommandPreview, preview_commands
 from autotune.tuning._evaluator import VllmEvaluator, no_success_reason
-from autotune.tuning._gpus import (
-    FINGERPRINT_ATTR,
-    GpuGroup,
-    check_fingerprint,
-    for_gpus,
-    on_gpus,
-    parse_gpus,
-    plan_groups,
-    record_devices,
-    study_fingerprint,
-)
+from autotune.tuning._fingerprint import FINGERPRINT_ATTR, check_fingerprint, study_fingerprint
+from autotune.tuning._gpus import GpuGroup, for_gpus, on_gpus, parse_gpus, plan_groups, record_devices
 from autotune.tuning._lock import StudyLock
 from autotune.tuning._memory_guard import MemoryGuard, clamp_space
 from autotune.tuning._model import check_model, looks_like_hub_name

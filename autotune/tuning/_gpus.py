@@ -12,24 +12,19 @@ engines do not fight over one core.
 
 :func:`for_gpus` turns the user's setup into a worker's: the engine sees only its GPUs
 (``CUDA_VISIBLE_DEVICES``) and carries its lease's token; the memory guard watches those GPUs only.
-:func:`check_fingerprint` keeps a worker out of a study made for another space, workload or model,
-and :func:`record_devices` stores which devices each worker measures on.
+:func:`record_devices` stores which devices each worker measures on; which study a worker may join
+is :mod:`autotune.tuning._fingerprint`'s.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
-import json
 import logging
 import os
 import socket
-import types
-import typing
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import optuna
@@ -38,29 +33,23 @@ from autotune.engine import GpuLease
 from autotune.errors import ConfigError
 from autotune.memory import MachineFacts, MachineProbe, read_machine_facts
 from autotune.tuning._memory_guard import PP_FLAGS, TP_FLAGS, flag_int
-from autotune.tuning._setup import TuningChoices, TuningSetup
+from autotune.tuning._setup import TuningSetup
 
 __all__ = [
-    "CHOICES_ATTR",
     "DEVICES_PREFIX",
-    "FINGERPRINT_ATTR",
     "GpuGroup",
-    "check_fingerprint",
     "complete_group",
     "engine_gpus",
     "for_gpus",
     "gpu_mix",
+    "on_gpus",
     "parse_gpus",
     "plan_groups",
     "record_devices",
-    "recorded_choices",
-    "study_fingerprint",
 ]
 
 log = logging.getLogger(__name__)
 
-FINGERPRINT_ATTR = "fingerprint"  # study attr: hashes of the space, workload and model it measures
-CHOICES_ATTR = "choices"  # study attr: what it was created with, so a worker needs only its name
 DEVICES_PREFIX = "worker:"  # study attrs worker:HOST:SLOT -> that worker's devices
 
 
@@ -276,126 +265,6 @@ def on_gpus(
     group = plan_groups(setup, gpus, workers=1, probe=probe)[0]
     with GpuLease(group.gpus, owner=owner) as lease:
         yield for_gpus(setup, group, lease, probe=probe)
-
-
-# -- what a worker measures, and on what ------------------------------------------------------
-def to_jsonable(value: Any) -> Any:
-    """A dataclass (``TuningChoices``, a worker spec) as JSON values; :func:`from_jsonable` reads it back."""
-    return json.loads(json.dumps(dataclasses.asdict(value), default=str))
-
-
-def from_jsonable(tp: Any, value: Any) -> Any:
-    """A JSON value back into ``tp`` (dataclasses, tuples, paths and optionals of them)."""
-    if value is None:
-        return None
-    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
-        hints = typing.get_type_hints(tp)
-        known = {f.name for f in dataclasses.fields(tp) if f.init}
-        return tp(**{k: from_jsonable(hints[k], v) for k, v in value.items() if k in known})
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if origin in (typing.Union, types.UnionType):
-        return from_jsonable(next(a for a in args if a is not type(None)), value)
-    if origin is tuple:
-        if len(args) == 2 and args[1] is Ellipsis:
-            return tuple(from_jsonable(args[0], v) for v in value)
-        return tuple(from_jsonable(a, v) for a, v in zip(args, value, strict=False))
-    if tp is Path:
-        return Path(value)
-    return value
-
-
-def _sha(*parts: bytes | str) -> str:
-    h = hashlib.sha256()
-    for part in parts:
-        h.update(part.encode() if isinstance(part, str) else part)
-        h.update(b"\0")
-    return h.hexdigest()[:16]
-
-
-def _model_sha(model: str) -> str:
-    """config.json and the weight files' names and sizes (not their bytes: tens of GB); a hub name as is."""
-    path = Path(model)
-    try:
-        config = (path / "config.json").read_bytes()
-    except OSError:
-        return _sha("name", model)
-    weights = sorted(
-        f"{p.name}:{p.stat().st_size}"
-        for pattern in ("*.safetensors", "*.bin", "*.pt")
-        for p in path.glob(pattern)
-    )
-    return _sha(config, *weights)
-
-
-def study_fingerprint(setup: TuningSetup) -> dict[str, dict[str, str]]:
-    """What a study measures, hashed: the space (file, profile, fixed flags), the workload as replayed
-    (file, sample, arrivals, warm-up, history) and the model (its config and weight files)."""
-    c = setup.choices
-    space = setup.space_path.read_bytes() if setup.space_path.exists() else b""
-    fixed = " ".join(setup.fixed_argv)
-    wl = Path(setup.workload.path)
-    wl_bytes = wl.read_bytes() if wl.exists() else b""
-    replay = f"sample={c.sample} seed={c.arrivals.seed} arrivals={setup.arrival.describe()} warmup={c.warmup} history={c.history}"
-    return {
-        "space": {
-            "sha": _sha(space, setup.profile.name, fixed),
-            "what": f"{setup.space_path.name}, profile {setup.profile.name}, fixed flags {fixed or 'none'}",
-        },
-        "workload": {
-            "sha": _sha(wl_bytes, replay),
-            "what": f"{wl.name} ({len(setup.workload)} requests, {setup.arrival.describe()})",
-        },
-        "model": {"sha": _model_sha(c.model), "what": c.model},
-    }
-
-
-def check_fingerprint(study: optuna.Study, setup: TuningSetup, *, refuse: bool = True) -> list[str]:
-    """Refuse to measure into a study made for another space, workload or model (``refuse=False``:
-    only return what differs). A study that records none yet gets this setup's fingerprint and
-    choices (:data:`CHOICES_ATTR`), so that workers joining later know what to measure."""
-    mine = study_fingerprint(setup)
-    recorded = study.user_attrs.get(FINGERPRINT_ATTR)
-    if not recorded:
-        study.set_user_attr(FINGERPRINT_ATTR, mine)
-        recorded = study.user_attrs.get(FINGERPRINT_ATTR) or mine
-    if CHOICES_ATTR not in study.user_attrs:
-        study.set_user_attr(CHOICES_ATTR, to_jsonable(_portable(setup.choices)))
-    diffs = [
-        f"{key}: the study measures {recorded[key].get('what')} [{recorded[key].get('sha')}], "
-        f"this worker {value['what']} [{value['sha']}]"
-        for key, value in mine.items()
-        if key in recorded and recorded[key].get("sha") != value["sha"]
-    ]
-    if diffs and refuse:
-        raise ConfigError(
-            f"study {study.study_name!r} measures something else: {'; '.join(diffs)} "
-            "(fix: give this worker the study's space, workload, flags and model, or use a new --study name)"
-        )
-    return diffs
-
-
-def _portable(choices: TuningChoices) -> TuningChoices:
-    """Paths made absolute (a worker elsewhere finds the same mount points, or says it cannot); the
-    compile cache left out (a folder of this host: a worker elsewhere keeps its own)."""
-    model = Path(choices.model)
-    return dataclasses.replace(
-        choices,
-        workload=choices.workload.resolve(),
-        space=choices.space.resolve() if choices.space else None,
-        model=str(model.resolve()) if model.exists() else choices.model,
-        preview=False,
-        compile_cache=None,
-    )
-
-
-def recorded_choices(study: optuna.Study) -> TuningChoices | None:
-    """What the study was created with (None: created by a version that did not record it)."""
-    data = study.user_attrs.get(CHOICES_ATTR)
-    if not isinstance(data, dict):
-        return None
-    choices = from_jsonable(TuningChoices, data)
-    assert isinstance(choices, TuningChoices)
-    return choices
 
 
 TENANT_BYTES = 2**30  # a GPU with more than this in use before our engine starts is shared

@@ -1,6 +1,6 @@
 """One worker of a parallel study (``autotune worker``): it leases its GPUs, joins the study --
 refusing one whose space, workload or model differs from what the study recorded
-(:func:`~autotune.tuning._gpus.check_fingerprint`) -- and measures trials until the pool's count,
+(:func:`~autotune.tuning._fingerprint.check_fingerprint`) -- and measures trials until the pool's count,
 the study's total or the time is reached. The baseline is measured once: worker 0 takes it; the
 others wait until it is taken, then start their own engines at once and hold their replays until
 the baseline is measured (its throughput is a constraint of every other trial), so engine
@@ -41,16 +41,8 @@ from autotune.study import (
     resolve_storage_url,
     run_study,
 )
-from autotune.tuning._gpus import (
-    GpuGroup,
-    check_fingerprint,
-    complete_group,
-    for_gpus,
-    from_jsonable,
-    record_devices,
-    recorded_choices,
-    to_jsonable,
-)
+from autotune.tuning._fingerprint import check_fingerprint, from_jsonable, recorded_choices, to_jsonable
+from autotune.tuning._gpus import GpuGroup, complete_group, for_gpus, record_devices
 from autotune.tuning._open import open_study, study_directory
 from autotune.tuning._reference import plan_baseline
 from autotune.tuning._setup import TuningChoices, TuningSetup, build_setup, describe_params
@@ -126,7 +118,7 @@ def _existing(storage: str | None, name: str, studies_dir: Path, create: bool) -
 def study_choices(
     storage: str | None, name: str, studies_dir: Path, *, create: bool = False
 ) -> TuningChoices | None:
-    """What an existing study was created with (:data:`~autotune.tuning._gpus.CHOICES_ATTR`), so that
+    """What an existing study was created with (:data:`~autotune.tuning._fingerprint.CHOICES_ATTR`), so that
     ``autotune worker --study NAME --storage URL`` needs nothing else; None when it records none (or
     does not exist yet and ``create``)."""
     url, exists = _existing(storage, name, studies_dir, create)

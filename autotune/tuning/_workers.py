@@ -41,12 +41,8 @@ from autotune.study import (
     read_record,
 )
 from autotune.tuning._evaluator import VllmEvaluator
-from autotune.tuning._gpus import (
-    GpuGroup,
-    check_fingerprint,
-    for_gpus,
-    record_devices,
-)
+from autotune.tuning._fingerprint import check_fingerprint
+from autotune.tuning._gpus import GpuGroup, for_gpus, record_devices
 from autotune.tuning._setup import TuningSetup
 from autotune.tuning._worker import EXIT_BUSY, EXIT_USAGE, RUN_ATTR, WorkerSpec, count_trials
 

@@ -226,7 +226,7 @@ def test_a_compile_cache_given_is_shared_by_every_evaluator_and_stays_on_this_ho
     into DIR instead of its own log folder; a study records its choices without it, since a worker
     on another host keeps its own folder."""
     from autotune.space import RenderedConfig
-    from autotune.tuning._gpus import _portable
+    from autotune.tuning._fingerprint import _portable
 
     shared = tmp_path / "shared-cache"
     for setup in _setup(tmp_path, cpu=True):
