@@ -124,7 +124,8 @@ def study_table(study: optuna.Study, metric: str) -> Table:
         row = [
             str(t.number),
             status,
-            _what(rec, t.params, formats, "\n"),
+            # a trial still queued (the prior's candidate) has its values in fixed_params until it runs
+            _what(rec, t.params or t.system_attrs.get("fixed_params") or {}, formats, "\n"),
             (fmt_value(metric, t.value) + _passes_note(rec, metric)) if rec.ok else "-",
             fmt_value("ttft_p50", rec.figures.get("ttft_p50")) if rec.ok and rec.figures else "-",
             f"{rec.figures.output_throughput:.1f}" if rec.ok and rec.figures else "-",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shlex
 from collections.abc import Mapping
@@ -155,7 +156,9 @@ def run(
             raise typer.Exit(_dry_run(setup, plan, dry_run_samples, seed, accept_reference))
         name = check_study_name(study or f"{workload.stem}-{setup.space.name}")
         setup.check_fixed_flags()
-        with StudyLock(studies_dir, name):  # a second run of this study on this host refuses
+        # a second run of this study on this host refuses; the confirmation's GPU lease (parallel
+        # runs) is released cleanly at the end, so the next holder does not take this run for dead
+        with StudyLock(studies_dir, name), contextlib.ExitStack() as leases:
             st, sdir = open_and_announce(setup, name, storage, studies_dir, seed, plan)
             for diff in check_fingerprint(st, setup, refuse=False):  # recorded for `autotune worker --study`
                 console.print(
@@ -167,7 +170,7 @@ def run(
                 if todo:
                     _run_trials(st, setup, evaluator, todo, timeout)
             else:
-                evaluator = run_parallel(
+                parallel = run_parallel(
                     setup,
                     st,
                     sdir,
@@ -181,7 +184,9 @@ def run(
                     on_trial_done=lambda rep: console.print(
                         trial_line(rep, setup.objective.metric), soft_wrap=True
                     ),
-                ).evaluator  # confirmation on worker 0's GPUs, leased by this process
+                )
+                leases.enter_context(parallel)
+                evaluator = parallel.evaluator  # confirmation on worker 0's GPUs, leased by this process
             console.print(study_table(st, setup.objective.metric))
             if baseline_trial(st) is None:
                 console.print(

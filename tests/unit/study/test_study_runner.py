@@ -272,21 +272,17 @@ def test_unsupported_parameters_are_never_suggested() -> None:
     }
 
 
+ONE_CONFIG = SearchSpace.model_validate(  # one configuration: every later trial re-proposes it
+    {
+        "name": "d",
+        "platform": "cpu",
+        "parameters": {"bs": {"type": "categorical", "choices": [32], "flag": "--b"}},
+    }
+)
+
+
 def test_a_re_proposed_configuration_reuses_the_earlier_measurement(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """A vLLM start costs a minute on a GPU: a config the sampler proposes again is not re-run."""
-    import optuna
-
-    from autotune.bench import RequestTiming, summarize
-    from autotune.space import SearchSpace
-    from autotune.study import Figures, Objective, TrialRecord, TrialStatus, load_or_create, run_study
-
-    space = SearchSpace.model_validate(
-        {
-            "name": "d",
-            "platform": "cpu",
-            "parameters": {"bs": {"type": "categorical", "choices": [32], "flag": "--b"}},
-        }
-    )
     calls: list[tuple[str, ...]] = []
 
     def evaluator(number, rendered, progress=None):  # type: ignore[no-untyped-def]
@@ -296,8 +292,35 @@ def test_a_re_proposed_configuration_reuses_the_earlier_measurement(tmp_path) ->
 
     obj = Objective()
     study = load_or_create(f"sqlite:///{tmp_path / 's.db'}", "dup", obj, seed=0)
-    run_study(study=study, space=space, evaluator=evaluator, objective=obj, n_trials=4)
+    run_study(study=study, space=ONE_CONFIG, evaluator=evaluator, objective=obj, n_trials=4)
     assert calls == [(), ("--b", "32")]  # baseline and the only config; trials 2 and 3 reuse trial 1
     trials = study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))
     assert [t.user_attrs.get("duplicate_of") for t in trials] == [None, None, 1, 1]
     assert trials[3].value == trials[1].value and trials[3].constraints == trials[1].constraints
+
+
+def test_a_re_proposed_configuration_that_was_pruned_is_not_launched_again(tmp_path: Path) -> None:
+    """On the H200 the sampler re-proposed pruned configurations: 5 of 19 launches in two studies,
+    none better the second time. The earlier verdict (and its reports) is reused instead."""
+    calls: list[tuple[str, ...]] = []
+
+    def evaluator(number, rendered, progress=None):  # type: ignore[no-untyped-def]
+        calls.append(rendered.args)
+        if rendered.args:  # the only configuration: its trial reports twice, then the pruner stops it
+            progress(1, {"percentiles_ms": {"ttft_p90": 500.0}})
+            progress(2, {"percentiles_ms": {"ttft_p90": 520.0}})
+            return TrialRecord(
+                status=TrialStatus.PRUNED, failure="pruned", reason="ttft_p90 520 is 2x the best"
+            )
+        t = [RequestTiming("r", None, 0.0, 0.0, 0.01, 0.02, (0.01,), 2, 5)]
+        return TrialRecord(status=TrialStatus.OK, figures=Figures(summarize(t, 1.0).as_dict()))
+
+    obj = Objective()
+    study = load_or_create(f"sqlite:///{tmp_path / 's.db'}", "dup", obj, seed=0)
+    run_study(study=study, space=ONE_CONFIG, evaluator=evaluator, objective=obj, n_trials=4)
+    assert calls == [(), ("--b", "32")]  # trials 2 and 3 did not start an engine
+    trials = study.get_trials()
+    assert [t.state.name for t in trials] == ["COMPLETE", "PRUNED", "PRUNED", "PRUNED"]
+    assert [t.user_attrs.get("duplicate_of") for t in trials] == [None, None, 1, 1]
+    assert trials[3].intermediate_values == trials[1].intermediate_values
+    assert "2x the best" in (trials[3].user_attrs.get("reason") or "")
