@@ -98,10 +98,16 @@ class IncumbentPruner(optuna.pruners.BasePruner):
         return base * math.sqrt(self.checkpoints / q) if first_pass else base
 
     def noise(self, study: optuna.Study) -> float | None:
-        """Pooled relative standard deviation of the objective over the passes of measured trials."""
+        """Pooled relative standard deviation of the objective over the passes of measured trials
+        (a reused measurement is its original's passes again, and is not counted twice)."""
         squares: list[float] = []
         for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
-            values = read_record(t).pass_values(self.metric) if t.user_attrs.get("passes") else []
+            if not t.user_attrs.get("passes"):
+                continue
+            rec = read_record(t)
+            if rec.duplicate_of is not None:
+                continue
+            values = rec.pass_values(self.metric)
             if len(values) < 2:
                 continue
             mean = sum(values) / len(values)

@@ -16,7 +16,7 @@ def _study() -> optuna.Study:
 
 
 def _complete(study: optuna.Study, final: float, steps: dict[int, float], *, passes: list[float] | None = None,
-              baseline: bool = False) -> None:  # fmt: skip
+              baseline: bool = False, duplicate_of: int | None = None) -> None:  # fmt: skip
     t = study.ask()
     for step, v in steps.items():
         t.report(v, step)
@@ -26,6 +26,7 @@ def _complete(study: optuna.Study, final: float, steps: dict[int, float], *, pas
         baseline=baseline,
         constraints=(-1.0,),  # feasible
         passes=tuple({"ttft_p90": v} for v in passes or ()),
+        duplicate_of=duplicate_of,
     )
     write_record(t, rec)
     if baseline:
@@ -74,6 +75,17 @@ def test_the_margin_grows_with_the_noise_measured_over_passes() -> None:
     assert pruner.margin(quiet, 2) == pytest.approx(0.25 * 2**0.5)  # half a pass: a noisier percentile
     trial = _running(noisy, {5: 150.0, 6: 180.0, 8: 180.0})
     assert not pruner.prune(noisy, trial)  # 1.8x is within a 90% margin
+
+
+def test_a_reused_measurement_does_not_count_again_in_the_noise() -> None:
+    """Samplers re-propose measured configurations (111 of 128 trials in an H200 study); each reuse
+    carries its original's passes, which must not outweigh the trials that were measured."""
+    study = _study()
+    _complete(study, 100.0, {4: 100.0}, passes=[99.0, 100.0, 101.0])
+    _complete(study, 100.0, {4: 100.0}, passes=[70.0, 100.0, 130.0])
+    for _ in range(5):
+        _complete(study, 100.0, {}, passes=[99.0, 100.0, 101.0], duplicate_of=0)
+    assert IncumbentPruner().noise(study) == pytest.approx(((0.01**2 + 0.3**2) / 2) ** 0.5)
 
 
 def test_the_median_of_the_passes_is_held_against_the_incumbents_worst_pass() -> None:
