@@ -125,11 +125,13 @@ def test_two_real_nights_on_the_cpu_build(tmp_path: Path, tiny_model: Path, mark
     """Night 1 tunes the RAG example with a scarce KV pool and promotes or keeps; night 2, with
     nothing changed, warm-starts, re-measures the incumbent and raises no regression. One round per
     arm keeps it to 7 vLLM starts; with one run there is no measured band, so the regression floor is
-    wide (50% of the p50; the CPU build's restart-to-restart CV of p90 TTFT is 21.7%)."""
+    wide: 100% of the p50. At 50% a CI run once flagged night 2 (p50 TTFT 12.1 -> 18.7 ms, +54%, with
+    nothing changed: a few milliseconds of the CPU build's jitter). Flagging a real regression is
+    tested on the fake server (test_three_nights_promote_keep_then_flag_a_regression)."""
     args = [
         "nightly", "--study", "rag", "--workload", str(REPO / "examples" / "rag.jsonl"),
         "--model", str(tiny_model), "--studies-dir", str(tmp_path / "studies"), "--no-check-args",
-        "--speed", "3", "--rounds", "1", "--max-trials", "1", "--budget", "6m", "--min-improvement", "0.5",
+        "--speed", "3", "--rounds", "1", "--max-trials", "1", "--budget", "6m", "--min-improvement", "1.0",
         "--objective", "ttft_p50", "--passes", "2",
         "--out", str(tmp_path / "best.yaml"), "--engine-arg=--enforce-eager",
         "--engine-arg=--max-model-len=2048", "--engine-arg=--kv-cache-memory-bytes=20M",
