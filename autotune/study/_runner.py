@@ -12,7 +12,7 @@ import logging
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Any
 
 import optuna
 
@@ -32,6 +32,7 @@ from autotune.study._record import (
     read_record,
     write_record,
 )
+from autotune.study._reuse import measured_twin, pruned_twin, refused_by, reuse_measurement, reuse_pruned
 from autotune.study._storage import open_storage, redact_url
 
 __all__ = [
@@ -101,61 +102,6 @@ def _baseline_throughput(study: optuna.Study) -> float | None:
     return (figures.output_throughput or None) if figures else None
 
 
-def _measured_twin(
-    study: optuna.Study, number: int, values: Mapping[str, Any]
-) -> optuna.trial.FrozenTrial | None:
-    for t in completed_trials(study):
-        if t.number != number and t.params == dict(values) and not t.user_attrs.get(BASELINE_ATTR):
-            return t
-    return None
-
-
-def _pruned_twin(
-    study: optuna.Study, number: int, values: Mapping[str, Any]
-) -> optuna.trial.FrozenTrial | None:
-    """An earlier launch of this configuration that the pruner stopped (worse than the incumbent
-    beyond the measured noise): relaunching it is a vLLM start spent on a known loser (on the H200,
-    5 of 19 launches in two studies, 22% of their GPU time, and none of the five did better)."""
-    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.PRUNED,)):
-        if t.number != number and t.params == dict(values) and not t.user_attrs.get(BASELINE_ATTR):
-            rec = read_record(t)
-            if rec.failure == "pruned" and rec.duplicate_of is None:
-                return t
-    return None
-
-
-def _reuse_pruned(trial: optuna.Trial, twin: optuna.trial.FrozenTrial) -> NoReturn:
-    """Record the earlier launch's verdict (with its reports, which TPE ranks pruned trials by)."""
-    rec = read_record(twin)
-    for step, value in sorted(twin.intermediate_values.items()):
-        trial.report(value, step)
-    write_record(trial, rec.with_(duplicate_of=twin.number))
-    raise optuna.TrialPruned(f"same configuration as trial {twin.number}, pruned there: {rec.reason}")
-
-
-def _refused_by(study: optuna.Study, values: Mapping[str, Any]) -> tuple[int, str] | None:
-    """(trial, values) when the engine refused a configuration for a value this one shares.
-
-    A trial that failed with ``bad_flag`` (the engine's parser or its start-up refused a value)
-    names as culprits its parameter values that no measured trial ever had; a configuration
-    holding all of them is refused too, without a launch (block size 7 on the CPU build)."""
-    measured: set[tuple[str, str]] = set()
-    refused: list[tuple[int, set[tuple[str, str]]]] = []
-    for t in completed_trials(study):
-        rec = read_record(t)
-        pairs = {(k, repr(v)) for k, v in t.params.items()}
-        if rec.ok:
-            measured |= pairs
-        elif rec.failure == "bad_flag" and rec.duplicate_of is None:
-            refused.append((t.number, pairs))
-    mine = {(k, repr(v)) for k, v in values.items()}
-    for number, pairs in refused:
-        culprits = pairs - measured
-        if culprits and culprits <= mine:
-            return number, ", ".join(f"{k}={v}" for k, v in sorted(culprits))
-    return None
-
-
 def render_reference(space: SearchSpace, reference: Mapping[str, Any] | None) -> RenderedConfig:
     """The baseline's flags: none (vLLM's defaults), or the study's runnable reference."""
     return render_values(space, dict(reference)) if reference else RenderedConfig(args=())
@@ -220,15 +166,6 @@ def load_or_create(storage_url: str, study_name: str, objective: Objective, seed
 
 def _first_line(exc: BaseException) -> str:
     return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-
-
-def _reuse(trial: optuna.Trial, twin: optuna.trial.FrozenTrial, is_baseline: bool) -> float:
-    rec = read_record(twin)
-    write_record(trial, rec.with_(baseline=is_baseline, duplicate_of=twin.number))
-    for cname, cvalue in zip(rec.constraint_names, rec.constraints, strict=False):
-        trial.set_constraint(cname, cvalue)
-    assert twin.value is not None
-    return twin.value
 
 
 def run_study(
@@ -297,9 +234,7 @@ def run_study(
         twin = (
             measured_base
             if measured_base is not None
-            else (
-                None if is_baseline or not reuse_duplicates else _measured_twin(study, trial.number, values)
-            )
+            else (None if is_baseline or not reuse_duplicates else measured_twin(study, trial.number, values))
         )
         if twin is not None:  # samplers re-propose configs; a vLLM start is too dear to spend on a repeat
             log.info(
@@ -307,15 +242,13 @@ def run_study(
                 trial.number,
                 twin.number,
             )
-            return _reuse(trial, twin, is_baseline)
-        pruned_twin = (
-            None if is_baseline or not reuse_duplicates else _pruned_twin(study, trial.number, values)
-        )
-        if pruned_twin is not None:
+            return reuse_measurement(trial, twin, is_baseline)
+        stopped = None if is_baseline or not reuse_duplicates else pruned_twin(study, trial.number, values)
+        if stopped is not None:
             log.info("trial %d: same configuration as trial %d, which was pruned: not launched", trial.number,
-                     pruned_twin.number)  # fmt: skip
-            _reuse_pruned(trial, pruned_twin)
-        refused = None if is_baseline else _refused_by(study, values)
+                     stopped.number)  # fmt: skip
+            reuse_pruned(trial, stopped)
+        refused = None if is_baseline else refused_by(study, values)
         if refused is not None:
             log.info(
                 "trial %d: %s was refused by the engine in trial %d: not launched",
