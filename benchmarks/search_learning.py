@@ -16,7 +16,8 @@ completion order), so the pruner can be judged offline on real measurements.
 engines with auto passes: the CV over restarts of the first pass alone (a one-pass trial), of the
 trial's figure (the median of the passes' p90s), and of an alternative, the p90 over every pass's
 requests together (both recomputed from the kept timings), and the trial time against a one-pass
-trial.
+trial. ``--warmup alternate`` alternates the tool's workload-shaped warm-up with the short unrelated
+one restart by restart, and ``report`` compares each pair of neighbours.
 ``report``: (1) the prior's first informed candidate against the median configuration of the grid
 (the expected random trial); (2) the pruner replayed on the measured passes, over many trial orders:
 replay time saved, and whether it ever pruned the configuration that is best without it; (3) the
@@ -128,10 +129,13 @@ def cmd_repeat(args: argparse.Namespace) -> dict[str, Any]:
         setup.check_fixed_flags()
         evaluator = setup.evaluator(log_dir)
         for i in range(args.restarts):
+            warmup = args.warmup if args.warmup != "alternate" else ("short", "like")[i % 2]
+            evaluator.warmup_like_workload = warmup == "like"
             t = time.monotonic()
             rec = evaluator(i, RenderedConfig(args=()))
             entry = _record_entry(rec, len(setup.workload))
             entry["wall_s"] = time.monotonic() - t
+            entry["warmup"] = warmup
             runs.append(entry)
             c.log.warning("restart %d: p90 %s passes %s", i, entry.get("ttft_p90"),
                           [p.get("ttft_p90") for p in entry.get("passes", [])])  # fmt: skip
@@ -284,8 +288,10 @@ def with_pooled_figures(grid: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def repeat_table(rep: Mapping[str, Any]) -> dict[str, Any]:
-    runs = [r for r in rep["runs"] if r["status"] == "ok"]
+def repeat_table(rep: Mapping[str, Any], warmup: str | None = None) -> dict[str, Any]:
+    """The CV table of the restarts (those with ``warmup`` only, when given: runs recorded before
+    the workload-shaped warm-up have no ``warmup`` key and used the short one)."""
+    runs = [r for r in rep["runs"] if r["status"] == "ok" and warmup in (None, r.get("warmup", "short"))]
     first = [r["passes"][0]["ttft_p90"] for r in runs]
     trial = [r["ttft_p90"] for r in runs]
     medians = [median_of_passes(r) for r in runs]
@@ -297,9 +303,12 @@ def repeat_table(rep: Mapping[str, Any]) -> dict[str, Any]:
         one = ts.get("startup", 0) + ts.get("warmup", 0) + r["passes"][0]["duration_s"]
         whole = ts.get("startup", 0) + ts.get("warmup", 0) + ts.get("measure", 0)
         ratio.append(whole / one)
+    two = [r["passes"][0]["ttft_p90"] / r["passes"][1]["ttft_p90"] for r in runs if len(r["passes"]) > 1]
     return {
+        "warmup": warmup or "short",
         "restarts": len(runs),
         "passes": [len(r["passes"]) for r in runs],
+        "first_to_second_pass": [round(x, 2) for x in two],
         "first_pass_p90": first,
         "trial_p90": trial,
         "median_of_passes_p90": medians,
@@ -310,6 +319,24 @@ def repeat_table(rep: Mapping[str, Any]) -> dict[str, Any]:
         "cv_pooled": _cv(pooled),
         "cv_within_engine_median": statistics.median(within) if within else None,
         "trial_time_vs_one_pass": [round(x, 2) for x in ratio],
+    }
+
+
+def warmup_pairs(rep: Mapping[str, Any]) -> dict[str, Any] | None:
+    """``--warmup alternate``: each workload-shaped restart against the short one just before it
+    (neighbours in time, so a drift of the machine's level over the series mostly cancels)."""
+    runs = rep["runs"]
+    diffs = [
+        (b["ttft_p90"] - a["ttft_p90"]) / a["ttft_p90"]
+        for a, b in zip(runs[::2], runs[1::2], strict=False)
+        if a.get("warmup") == "short" and b.get("warmup") == "like" and a["status"] == b["status"] == "ok"
+    ]
+    if not diffs:
+        return None
+    return {
+        "pairs": len(diffs),
+        "like_vs_short": [round(d, 3) for d in diffs],
+        "mean": statistics.mean(diffs),
     }
 
 
@@ -329,7 +356,9 @@ def cmd_report(args: argparse.Namespace) -> dict[str, Any]:
                 }
             )
         else:
-            out["repeat"] = repeat_table(data)
+            variants = sorted({r.get("warmup", "short") for r in data["runs"]})
+            out["repeat"] = [repeat_table(data, v) for v in variants]
+            out["warmup_pairs"] = warmup_pairs(data)
     print(markdown(out))
     return out
 
@@ -352,9 +381,18 @@ def markdown(out: Mapping[str, Any]) -> str:
             f"in {pn['same_winner_in_orders']} of {pn['orders']}.",
             "",
         ]
-    r = out.get("repeat")
-    if r:
+    pairs = out.get("warmup_pairs")
+    if pairs:
         lines += [
+            f"workload-shaped warm-up against the short one, restart by restart ({pairs['pairs']} pairs): "
+            + ", ".join(f"{x:+.1%}" for x in pairs["like_vs_short"])
+            + f"; mean {pairs['mean']:+.1%}",
+            "",
+        ]
+    for r in out.get("repeat") or ():
+        lines += [
+            f"warm-up: {r['warmup']}",
+            "",
             "| restarts | passes per trial (auto) | CV p90, first pass only | CV p90, median of passes | "
             "CV p90, all passes' requests | CV p90, as recorded | median within-engine CV | trial time / one-pass trial |",
             "|---|---|---|---|---|---|---|---|",
@@ -362,10 +400,12 @@ def markdown(out: Mapping[str, Any]) -> str:
             f"{r['cv_pooled']:.1%} | {r['cv_trial']:.1%} | {r['cv_within_engine_median']:.1%} | "
             f"{r['trial_time_vs_one_pass']} |",
             "",
+            "first / second pass p90: " + ", ".join(f"{x:.2f}" for x in r["first_to_second_pass"]),
             "first-pass p90 (ms): " + ", ".join(f"{x:.1f}" for x in r["first_pass_p90"]),
             "median of passes (ms): " + ", ".join(f"{x:.1f}" for x in r["median_of_passes_p90"]),
             "all passes' requests (ms): " + ", ".join(f"{x:.1f}" for x in r["pooled_p90"]),
             "recorded trial figure (ms): " + ", ".join(f"{x:.1f}" for x in r["trial_p90"]),
+            "",
         ]
     return "\n".join(lines)
 
@@ -382,6 +422,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         s.add_argument("--seed", type=int, default=0)
     g.add_argument("--passes", type=int, default=3)
     r.add_argument("--restarts", type=int, default=6)
+    r.add_argument(
+        "--warmup",
+        choices=("like", "short", "alternate"),
+        default="like",
+        help="the workload-shaped warm-up (the tool's), the short unrelated one, or one then the other",
+    )
     rp = sub.add_parser("report")
     rp.add_argument("files", nargs="+", type=Path)
     rp.add_argument("--orders", type=int, default=200)

@@ -12,10 +12,11 @@ from autotune.bench._prometheus import (
     parse_metrics,
     scrape_metrics,
 )
-from autotune.bench._replay import DEFAULT_MAX_IN_FLIGHT, ReplayResult, replay, warm_up
+from autotune.bench._replay import DEFAULT_MAX_IN_FLIGHT, ReplayResult, replay
 from autotune.bench._request import ReplayTarget
 from autotune.bench._timing import RequestTiming, ScheduleLag, schedule_lag
 from autotune.bench._transport import AiohttpTransport, ReplayClient, StreamedAnswer, replay_client
+from autotune.bench._warmup import warm_up
 
 __all__ = [
     "DEFAULT_MAX_IN_FLIGHT",

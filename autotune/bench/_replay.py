@@ -30,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import bisect
 import logging
-import random
 import time
 from collections import deque
 from collections.abc import Callable, Coroutine, Sequence
@@ -43,9 +42,9 @@ import numpy as np
 from autotune.bench._arrivals import ArrivalSpec, plan_offsets
 from autotune.bench._request import ReplayTarget, send_request
 from autotune.bench._timing import RequestTiming, schedule_lag
-from autotune.workload import ChatMessage, Workload, WorkloadRequest
+from autotune.workload import Workload, WorkloadRequest
 
-__all__ = ["DEFAULT_MAX_IN_FLIGHT", "ReplayResult", "ReplayTarget", "replay", "warm_up"]
+__all__ = ["DEFAULT_MAX_IN_FLIGHT", "ReplayResult", "ReplayTarget", "replay"]
 
 log = logging.getLogger(__name__)
 
@@ -74,9 +73,9 @@ class ReplayResult:
 def _messages_for(
     req: WorkloadRequest, outputs: Sequence[str], history: History
 ) -> list[dict[str, str]] | None:
-    if req.messages is None:
+    msgs = req.message_dicts()
+    if msgs is None:
         return None
-    msgs = [m.as_dict() for m in req.messages]
     if history == "actual" and outputs:
         k = 0
         for m in msgs:
@@ -309,40 +308,3 @@ async def replay(
         max_in_flight=max_in_flight,
         peak_in_flight=slots.peak,
     )
-
-
-_WARM_WORDS = [
-    "alpha",
-    "bravo",
-    "charlie",
-    "delta",
-    "echo",
-    "foxtrot",
-    "golf",
-    "hotel",
-    "india",
-    "juliet",
-    "kilo",
-    "lima",
-]
-
-
-async def warm_up(
-    client: httpx.AsyncClient, target: ReplayTarget, *, count: int, chat: bool, seed: int = 0
-) -> int:
-    """Send ``count`` short requests unrelated to the workload (they do not prime its prefixes)."""
-    rng = random.Random(seed)
-    ok = 0
-    for i in range(count):
-        words = " ".join(rng.choice(_WARM_WORDS) for _ in range(24))
-        if chat:
-            req = WorkloadRequest(
-                index=i, line=0, id=f"warmup-{i}", max_tokens=4, messages=(ChatMessage("user", words),)
-            )
-        else:
-            req = WorkloadRequest(index=i, line=0, id=f"warmup-{i}", max_tokens=4, prompt=words)
-        timing, _ = await send_request(
-            client, target, req, _messages_for(req, [], "recorded"), t0=time.perf_counter(), scheduled=0
-        )
-        ok += timing.ok
-    return ok

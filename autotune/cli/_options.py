@@ -54,7 +54,13 @@ Concurrency = Annotated[Optional[int], typer.Option(help="Closed loop: this many
 Speed = Annotated[float, typer.Option(help="Replay the file's timestamps this many times faster.")]
 Sample = Annotated[Optional[int], typer.Option(help="Replay a random subset of N sessions.")]
 Seed = Annotated[int, typer.Option(help="Seed for sampling, arrivals and the Optuna sampler.")]
-Warmup = Annotated[int, typer.Option(min=0, help="Warm-up requests per engine start, not counted.")]
+Warmup = Annotated[
+    int,
+    typer.Option(
+        min=0,
+        help="Warm-up requests per engine start, not counted: the workload's longest prompts with their words shuffled (no shared prefix), sent together.",
+    ),
+]
 History = Annotated[
     str, typer.Option(help="Multi-turn history: 'recorded' as in the file, or 'actual' previous outputs.")
 ]

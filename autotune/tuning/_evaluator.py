@@ -79,6 +79,7 @@ class VllmEvaluator:
     arrival: ArrivalSpec
     log_dir: Path
     warmup_requests: int = 2
+    warmup_like_workload: bool = True  # the workload's longest requests, words shuffled (see bench._warmup)
     history: History = "recorded"
     slos_ms: Mapping[str, float] = field(default_factory=dict)
     request_timeout_s: float = 600.0
@@ -218,7 +219,13 @@ class VllmEvaluator:
                 progress(0, {})  # blocks; nothing else runs on this loop before the replay)
             t0 = time.monotonic()
             chat = any(r.is_chat for r in self.workload.requests)
-            await warm_up(client, target, count=self.warmup_requests, chat=chat)
+            like = self.workload.requests if self.warmup_like_workload else ()
+            await warm_up(client, target, count=self.warmup_requests, chat=chat, like=like)
+            # with repeated passes every pass starts from an emptied cache, pass 1 too
+            if like and self.warmup_requests and self.passes.repeated:
+                refused = await reset_prefix_cache(client, proc.base_url, self.spec.api_key)
+                if refused is not None:  # harmless: the warm-up shares no prompt block with the workload
+                    log.info("after the warm-up: %s", refused)
             t1 = time.monotonic()
             log_mark = len(proc.log_text())  # the connector's lines of the measured passes follow
             first = await scrape_metrics(client, proc.base_url, names, path)

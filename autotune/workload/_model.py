@@ -46,6 +46,10 @@ class WorkloadRequest:
     def is_chat(self) -> bool:
         return self.messages is not None
 
+    def message_dicts(self) -> list[dict[str, str]] | None:
+        """The chat messages as the API takes them (fresh dicts), or None for a plain prompt."""
+        return None if self.messages is None else [m.as_dict() for m in self.messages]
+
     def text(self) -> str:
         """The prompt text as sent (chat messages joined), for token counting and prefix analysis."""
         if self.prompt is not None:

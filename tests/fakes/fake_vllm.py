@@ -174,6 +174,7 @@ def _make_handler(state: _State):
                     return
                 with state.lock:
                     state.resets += 1
+                    print(f"fake_vllm: prefix cache reset {state.resets}", flush=True)
                     if not os.environ.get("FAKE_RESET_KEEPS"):
                         state.seen.clear()
                 self._json(200, {"success": True})

@@ -53,6 +53,8 @@ def test_three_passes_on_one_engine_with_the_cache_emptied_between_them(tmp_path
     hits = [p["prefix_hit_rate"] for p in rec.passes]
     assert hits[0] > 0.5 and max(hits) - min(hits) < 0.02  # each pass starts from an empty cache
     assert not [n for n in rec.notes if "cache" in n], rec.notes  # the reset emptied it
+    # between the passes only: without warm-up requests there is nothing to empty before pass 1
+    assert (tmp_path / "trial-0000.log").read_text().count("prefix cache reset") == 2
     values = rec.pass_values("ttft_p90")
     assert sorted(values)[1] == pytest.approx(rec.figures.get("ttft_p90"), abs=1e-3)  # the median pass
     assert rec.pass_spread("ttft_p90") is not None
@@ -162,3 +164,30 @@ def test_the_connectors_own_log_lines_of_the_measured_passes_are_on_the_record(
     assert rec.metrics.raw["lmcache_requests"] == 6  # not 8: the two warm-up requests are left out
     assert rec.metrics.raw["lmcache_hit_tokens"] and rec.metrics.raw["lmcache_load_share"]
     assert any(n.startswith("LMCache's log: 6 requests looked up") for n in rec.notes), rec.notes
+
+
+def test_the_workload_shaped_warm_up_primes_no_prefix_and_pass_one_starts_from_an_empty_cache(
+    tmp_path: Path, mark: str
+) -> None:
+    """The warm-up sends the workload's longest prompts with their words shuffled: one pass measures
+    the same prefix hits with it as without it (the unshuffled prompts would hit the shared document
+    from the first request). With repeated passes the cache is emptied after it too, so pass 1
+    starts as every later pass does."""
+    (tmp_path / "cold").mkdir()
+    (tmp_path / "warm").mkdir()
+    cold = _evaluator(tmp_path / "cold", mark, 1)
+    warm = _evaluator(tmp_path / "warm", mark, 1)
+    warm.warmup_requests = 2
+    rates = []
+    for ev in (cold, warm):
+        rec = ev(0, RenderedConfig(args=()))
+        assert rec.status is TrialStatus.OK and rec.metrics is not None, rec.reason
+        rates.append(rec.metrics.prefix_hit_rate)
+    assert rates[0] == pytest.approx(rates[1]) and rates[0] > 0.5
+
+    repeated = _evaluator(tmp_path, mark, 2, dict(DEV_MODE_ENV))
+    repeated.warmup_requests = 2
+    rec = repeated(0, RenderedConfig(args=()))
+    assert rec.status is TrialStatus.OK, rec.reason
+    log_text = (tmp_path / "trial-0000.log").read_text()
+    assert log_text.count("prefix cache reset") == 2  # after the warm-up, and between the passes
