@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -300,12 +302,27 @@ class VllmEvaluator:
         """One replay; with ``progress``, the figures so far are reported at each checkpoint and the
         replay is cancelled when the answer says to stop (the partial timings are kept). ``final``:
         the trial's last pass, whose last checkpoint is reported but never stops it (it has run in
-        full: nothing is left to save, and its figures are kept)."""
+        full: nothing is left to save, and its figures are kept).
+
+        The reports run on a thread of their own, in order, never on this loop: a report writes the
+        study's storage (a SQLite commit that waits on the disk and on the heartbeat thread's lock),
+        and on the CPU build one such write held the replayer for up to 0.5 s while requests were in
+        flight, whose TTFT then measured the tool instead of vLLM (benchmarks/RESULTS.md, issue 14)."""
         got: list[RequestTiming] = []
         n = len(self.workload)
         marks = {max(1, round(n * (q + 1) / self.checkpoints)): q + 1 for q in range(self.checkpoints)}
-        stop: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        stop: asyncio.Future[str] = loop.create_future()
+        reports: list[asyncio.Future[str | None]] = []
+        reporter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="trial-report")
         t_start = time.monotonic()
+
+        def answered(q: int, fut: asyncio.Future[str | None]) -> None:
+            if fut.cancelled() or fut.exception() is not None or stop.done():
+                return  # an exception is raised where the reports are awaited
+            why = fut.result()
+            if why is not None and not (final and q == self.checkpoints):
+                stop.set_result(why)
 
         def on_done(t: RequestTiming) -> None:
             got.append(t)
@@ -313,9 +330,9 @@ class VllmEvaluator:
             if progress is None or q is None or stop.done():
                 return
             partial = summarize(got, time.monotonic() - t_start, slos_ms=self.slos_ms or None)
-            why = progress(k * self.checkpoints + q, partial.as_dict())
-            if why is not None and not (final and q == self.checkpoints):
-                stop.set_result(why)
+            fut = loop.run_in_executor(reporter, progress, k * self.checkpoints + q, partial.as_dict())
+            fut.add_done_callback(functools.partial(answered, q))
+            reports.append(fut)
 
         task = asyncio.ensure_future(
             replay(client, target, self.workload, self.arrival, history=self.history, on_done=on_done)
@@ -327,6 +344,10 @@ class VllmEvaluator:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+            try:
+                await asyncio.gather(*reports)  # every report stored (and its answer read) before going on
+            finally:
+                reporter.shutdown(wait=True)
         if stop.done():
             return None, got, stop.result()
         stop.cancel()
