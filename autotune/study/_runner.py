@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -143,6 +144,7 @@ def load_or_create(storage_url: str, study_name: str, objective: Objective, seed
             study.enqueue_trial({}, user_attrs={BASELINE_ATTR: True})
         except optuna.exceptions.DuplicatedStudyError:
             study = optuna.load_study(study_name=study_name, storage=storage, sampler=sampler)
+            _await_creators_baseline(study)
     except StorageError:
         raise
     except Exception as exc:  # sqlalchemy/optuna errors on a broken database
@@ -162,6 +164,20 @@ def load_or_create(storage_url: str, study_name: str, objective: Objective, seed
         )
     study.set_user_attr("objective", objective.metric)
     return study
+
+
+# How long a worker that found the study just created waits for its creator's baseline: the creator
+# enqueues it right after creating (milliseconds); only a creator killed in between leaves none.
+_CREATOR_GRACE_S = 5.0
+
+
+def _await_creators_baseline(study: optuna.Study, grace_s: float = _CREATOR_GRACE_S) -> None:
+    """Creating a study and enqueuing its baseline are two steps: a worker that loads the study in
+    between and enqueued its own would give the study two baselines, measured at once (seen in CI
+    with two PostgreSQL workers). While the study has no trial, wait for the creator's."""
+    deadline = time.monotonic() + grace_s
+    while not study.get_trials(deepcopy=False) and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def _first_line(exc: BaseException) -> str:

@@ -1,12 +1,22 @@
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import optuna
 import pytest
 
 from autotune.errors import StorageError
-from autotune.study import STORAGE_ENV, open_storage, redact_url, resolve_storage_url
+from autotune.study import (
+    BASELINE_ATTR,
+    STORAGE_ENV,
+    Objective,
+    ensure_baseline,
+    load_or_create,
+    open_storage,
+    redact_url,
+    resolve_storage_url,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -68,3 +78,25 @@ def test_open_storage_failure_is_a_storage_error_without_the_password() -> None:
     with pytest.raises(StorageError) as info:
         open_storage("nosuchdriver://tuner:hunter2@host/db")
     assert "hunter2" not in str(info.value)
+
+
+def test_a_worker_that_loads_a_study_before_its_creator_enqueued_the_baseline_adds_none(
+    tmp_path: Path,
+) -> None:
+    """Creating a study and enqueuing its baseline are two steps; in CI a second PostgreSQL worker
+    loaded the study between them, enqueued a baseline of its own, and both were measured."""
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    created = optuna.create_study(storage=url, study_name="s")  # the creator, one step in
+
+    def creator_enqueues() -> None:
+        created.enqueue_trial({}, user_attrs={BASELINE_ATTR: True})
+
+    later = threading.Timer(0.3, creator_enqueues)
+    later.start()
+    try:
+        study = load_or_create(url, "s", Objective(metric="ttft_p90"), seed=0)
+        ensure_baseline(study, running_counts=True)
+    finally:
+        later.join()
+    baselines = [t for t in study.get_trials() if t.user_attrs.get(BASELINE_ATTR)]
+    assert len(baselines) == 1
