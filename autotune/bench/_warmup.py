@@ -41,12 +41,8 @@ def shuffled_like(requests: Sequence[WorkloadRequest], count: int, seed: int = 0
     longest = sorted(requests, key=lambda r: (-len(r.text()), r.index))[:count]
     out: list[WorkloadRequest] = []
     for i, r in enumerate(longest):
-        msgs = (
-            None
-            if r.messages is None
-            else tuple(ChatMessage(m.role, _shuffle(m.content, rng)) for m in r.messages)
-        )
-        prompt = None if r.prompt is None else _shuffle(r.prompt, rng)
+        msgs = r.messages and tuple(ChatMessage(m.role, _shuffle(m.content, rng)) for m in r.messages)
+        prompt = r.prompt and _shuffle(r.prompt, rng)
         cap = min(r.max_tokens, WARM_MAX_TOKENS)
         out.append(
             WorkloadRequest(index=i, line=0, id=f"warmup-{i}", max_tokens=cap, prompt=prompt, messages=msgs)
@@ -59,11 +55,10 @@ def _short(count: int, chat: bool, seed: int) -> list[WorkloadRequest]:
     out: list[WorkloadRequest] = []
     for i in range(count):
         words = " ".join(rng.choice(_WARM_WORDS) for _ in range(24))
-        if chat:
-            out.append(WorkloadRequest(index=i, line=0, id=f"warmup-{i}", max_tokens=4,
-                                       messages=(ChatMessage("user", words),)))  # fmt: skip
-        else:
-            out.append(WorkloadRequest(index=i, line=0, id=f"warmup-{i}", max_tokens=4, prompt=words))
+        prompt, msgs = (None, (ChatMessage("user", words),)) if chat else (words, None)
+        out.append(
+            WorkloadRequest(index=i, line=0, id=f"warmup-{i}", max_tokens=4, prompt=prompt, messages=msgs)
+        )
     return out
 
 
