@@ -15,7 +15,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from autotune.engine import InstalledEngine
+from autotune.engine import InstalledEngine, cpu_build_isa_note
 from autotune.memory import GiB, MachineFacts, ModelShape, Platform, estimate_memory, weight_bytes
 
 __all__ = ["HYPOTHETICAL_GPUS", "doctor_report"]
@@ -67,6 +67,9 @@ def _machine_table(facts: MachineFacts, vllm_info: InstalledEngine) -> Table:
     table.add_row("/dev/shm", f"{_gib(facts.shm_total)} total, {_gib(facts.shm_free)} free")
     for note in facts.notes:
         table.add_row("note", note)
+    isa = cpu_build_isa_note() if vllm_info.cpu_build else None
+    if isa is not None:
+        table.add_row("CPU", f"[yellow]{isa}[/yellow]")
     return table
 
 

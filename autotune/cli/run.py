@@ -223,6 +223,8 @@ def open_and_announce(
         logging.getLogger("autotune.engine").info("LMCache's compiled ops: %s", ops.line)
         if ops.warning():
             console.print(f"[yellow]{ops.warning()}[/yellow]", soft_wrap=True)
+    if (isa := _isa_warning(setup)) is not None:
+        console.print(f"[yellow]{isa}[/yellow]", soft_wrap=True)
     if opened.recovered:
         console.print(f"recovered {opened.recovered} measured trial(s) that a storage fault had kept locally")
     if opened.shm_cleaned is not None and opened.shm_cleaned.removed:
@@ -340,11 +342,22 @@ def _confirm_and_export(
     out.print(f"or:     {exported.command}", soft_wrap=True)
 
 
+def _isa_warning(setup: TuningSetup) -> str | None:
+    """The CPU build on a CPU it was not built for: the figures would read as the tool's fault."""
+    if setup.profile.name != "cpu":
+        return None
+    from autotune.engine import cpu_build_isa_note
+
+    return cpu_build_isa_note()
+
+
 def _dry_run(setup: TuningSetup, plan: BaselinePlan, samples: int, seed: int, accept_reference: bool) -> int:
     from autotune.tuning import preview_commands
 
     if setup.profile_note:
         out.print(f"# {setup.profile_note}")
+    if (isa := _isa_warning(setup)) is not None:
+        out.print(f"# {isa}", soft_wrap=True)
     previews = preview_commands(
         setup.space, setup.launch, samples=samples, seed=seed, checker=setup.checker(), memory=setup.guard,
         reference=plan.reference,

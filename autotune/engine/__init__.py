@@ -31,10 +31,17 @@ from autotune.engine._logscan import (
     classify_failure,
     failure_evidence,
     failure_excerpt,
+    kernel_fallback_note,
     parse_kv_capacity,
     root_cause_line,
 )
-from autotune.engine._platform import Build, default_launcher, installed_build, installed_engine
+from autotune.engine._platform import (
+    Build,
+    cpu_build_isa_note,
+    default_launcher,
+    installed_build,
+    installed_engine,
+)
 from autotune.engine._process import EngineProcess, describe_exit, free_port, port_is_free, safe_python_env
 from autotune.engine._profiles import (
     EngineProfile,
@@ -94,6 +101,7 @@ __all__ = [
     "clean_new_shm",
     "clean_stale_shm",
     "connector_hits",
+    "cpu_build_isa_note",
     "default_launcher",
     "default_space_path",
     "describe_exit",
@@ -104,6 +112,7 @@ __all__ = [
     "install_signal_handlers",
     "installed_build",
     "installed_engine",
+    "kernel_fallback_note",
     "lease_dir",
     "lease_holders",
     "live_count",

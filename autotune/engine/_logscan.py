@@ -12,6 +12,7 @@ __all__ = [
     "classify_failure",
     "failure_evidence",
     "failure_excerpt",
+    "kernel_fallback_note",
     "parse_kv_capacity",
     "root_cause_line",
 ]
@@ -19,6 +20,23 @@ __all__ = [
 # vLLM >= 0.3x prints one line; 0.26 prints the size and the concurrency on two lines.
 _KV_RE = re.compile(r"(?P<dev>GPU|CPU|XPU|NPU|TPU)(?: \+ host)? KV cache size: (?P<tokens>[\d,]+) tokens")
 _CONC_RE = re.compile(r"Maximum concurrency for (?P<len>[\d,]+) tokens per request: (?P<conc>[\d.,]+)x")
+
+
+# The CPU build's linear layers run on oneDNN; on a CPU it was not built for (x86 without
+# AVX-512: the line was seen on a 2-core AMD EPYC Zen 3, for bfloat16 and float32 models alike) vLLM
+# prints this once per engine and runs them on plain torch, many times slower.
+_KERNEL_FALLBACK = re.compile(r"Failed to create oneDNN linear, fallback to torch linear")
+
+
+def kernel_fallback_note(log_text: str) -> str | None:
+    """A trial note when vLLM's CPU build says it runs its linear layers on its slow fallback."""
+    if _KERNEL_FALLBACK.search(log_text) is None:
+        return None
+    return (
+        "vLLM's CPU build ran its linear layers on torch, not oneDNN ('Failed to create oneDNN linear'"
+        " in its log): this CPU lacks the instructions the build targets (AVX-512), so its figures"
+        " are far slower than a supported CPU's"
+    )
 
 
 class FailureClass(StrEnum):

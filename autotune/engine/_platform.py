@@ -20,6 +20,7 @@ __all__ = [
     "Build",
     "InstalledEngine",
     "ascend_connector_module",
+    "cpu_build_isa_note",
     "default_launcher",
     "installed_build",
     "installed_engine",
@@ -136,3 +137,24 @@ def installed_build() -> tuple[str, str | None]:
 
 def default_launcher() -> tuple[str, ...]:
     return CPU_LAUNCHER if installed_engine().cpu_build else GPU_LAUNCHER
+
+
+def cpu_build_isa_note(cpuinfo: Path = Path("/proc/cpuinfo")) -> str | None:
+    """Why vLLM's CPU build will be slow on this CPU, or None: the x86 build targets AVX-512, and on
+    a CPU without ``avx512f`` its linear layers fall back from oneDNN to torch (seen on an AMD EPYC
+    Zen 3 with AVX2: "Failed to create oneDNN linear"). None off x86 or when /proc cannot be read."""
+    try:
+        text = cpuinfo.read_text(errors="replace")
+    except OSError:
+        return None
+    flags = next(
+        (line.partition(":")[2].split() for line in text.splitlines() if line.startswith("flags")), None
+    )
+    if flags is None or "avx512f" in flags:  # no x86 "flags" line: another architecture
+        return None
+    best = next((isa for isa in ("avx2", "avx", "sse4_2") if isa in flags), "no AVX")
+    return (
+        f"this CPU has {best.upper().replace('_', '.')} but no AVX-512: vLLM's x86 CPU build targets AVX-512 and"
+        " runs its linear layers on a slow fallback here, so TTFTs read many times longer than on a"
+        " supported CPU (a GPU build is unaffected)"
+    )

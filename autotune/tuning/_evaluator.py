@@ -35,7 +35,15 @@ from autotune.bench import (
     warm_up,
 )
 from autotune.bench._replay import History
-from autotune.engine import VLLM, ArgChecker, ConnectorHits, Engine, EngineProcess, LaunchSpec
+from autotune.engine import (
+    VLLM,
+    ArgChecker,
+    ConnectorHits,
+    Engine,
+    EngineProcess,
+    LaunchSpec,
+    kernel_fallback_note,
+)
 from autotune.errors import EngineCrashed, EngineStartError
 from autotune.memory import MemorySampler
 from autotune.space import RenderedConfig
@@ -264,6 +272,9 @@ class VllmEvaluator:
         connector = self.engine.connector_hits(proc.log_text()[log_mark:])
         if connector is not None:
             notes.append(connector.describe())
+        fallback = kernel_fallback_note(proc.log_text())
+        if fallback is not None:
+            notes.append(fallback)
         summaries = tuple(p.summary(self.objective_metric) for p in passes)
         leak = reset_leak(summaries)
         if leak is not None:

@@ -105,6 +105,12 @@ def test_three_trial_study_on_real_vllm_exports_a_config_vllm_accepts(
             assert a["timings_s"]["startup"] > 1
             assert a["timings_s"]["startup_imports"] > 0 and a["timings_s"]["startup_init_engine"] > 0
             assert not [n for n in a["notes"] if "cache" in n], a["notes"]  # the reset emptied the cache
+            # On a CPU the build was not made for (AVX2 only) vLLM says so in its log, and so does the record.
+            fell_back = (
+                "Failed to create oneDNN linear"
+                in (tmp_path / "logs" / f"trial-{t.number:04d}.log").read_text()
+            )
+            assert fell_back == any("oneDNN" in n for n in a["notes"]), a["notes"]
         # vLLM's own reset: the second pass of the baseline hits the shared documents as the first did
         h1, h2 = (p["prefix_hit_rate"] for p in trials[0].user_attrs["passes"])
         assert h1 > 0.3 and abs(h1 - h2) < 0.1, (h1, h2)
