@@ -121,13 +121,16 @@ def ensure_baseline(
     """
     if reference is not None:
         study.set_user_attr(REFERENCE_ATTR, dict(reference))
-    if baseline_trial(study) is not None:
-        return False
-    states: tuple[optuna.trial.TrialState, ...] = (optuna.trial.TrialState.WAITING,)
-    if running_counts:  # another live worker is measuring it
-        states += (optuna.trial.TrialState.RUNNING,)
-    for t in study.get_trials(deepcopy=False, states=states):
-        if t.user_attrs.get(BASELINE_ATTR):
+    # One read of the trials decides: a baseline read RUNNING by one query and COMPLETE by the next
+    # (it finished in between) counts in neither, and was enqueued again (two PostgreSQL workers in
+    # CI, with an evaluator that takes milliseconds).
+    state = optuna.trial.TrialState
+    for t in study.get_trials(deepcopy=False):
+        if not t.user_attrs.get(BASELINE_ATTR):
+            continue
+        if t.state is state.WAITING or (running_counts and t.state is state.RUNNING):
+            return False
+        if t.state is state.COMPLETE and read_record(t).ok:
             return False
     study.enqueue_trial({}, user_attrs={BASELINE_ATTR: True})
     return True

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
+from typing import Any
 
 import optuna
 import pytest
@@ -100,3 +101,28 @@ def test_a_worker_that_loads_a_study_before_its_creator_enqueued_the_baseline_ad
         later.join()
     baselines = [t for t in study.get_trials() if t.user_attrs.get(BASELINE_ATTR)]
     assert len(baselines) == 1
+
+
+def test_a_baseline_that_finishes_while_the_worker_looks_is_not_enqueued_again() -> None:
+    """Another worker's baseline, RUNNING when the study is first read, finishes before a second
+    read: deciding from two reads saw it in neither state and enqueued a second baseline (two
+    PostgreSQL workers in CI, 2 baselines measured)."""
+    study = optuna.create_study()
+    study.enqueue_trial({}, user_attrs={BASELINE_ATTR: True})
+    running = study.ask()  # the other worker's baseline, being measured
+    assert running.user_attrs.get(BASELINE_ATTR)
+    reads = 0
+    read_trials = study.get_trials
+
+    def get_trials(*args: Any, **kwargs: Any) -> list[optuna.trial.FrozenTrial]:
+        nonlocal reads
+        trials = read_trials(*args, **kwargs)
+        reads += 1
+        if reads == 1:  # it finishes, measured, right after this read
+            running.set_user_attr("status", "ok")
+            study.tell(running, 0.1)
+        return trials
+
+    study.get_trials = get_trials  # type: ignore[method-assign]
+    assert ensure_baseline(study, running_counts=True) is False
+    assert sum(bool(t.user_attrs.get(BASELINE_ATTR)) for t in read_trials()) == 1
