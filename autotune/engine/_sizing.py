@@ -40,6 +40,7 @@ class EngineSizing:
     offload_bytes: int
     enforce_eager: bool
     kv_cache_dtype: str
+    dtype: str = "auto"  # --dtype: the weights' and activations' type as served
 
 
 def _flags(argv: Sequence[str]) -> dict[str, str | None]:
@@ -82,4 +83,5 @@ def sizing_from_argv(argv: Sequence[str], platform: Literal["cuda", "cpu"]) -> E
         offload_bytes=offload,
         enforce_eager="--enforce-eager" in f,
         kv_cache_dtype=f.get("--kv-cache-dtype") or "auto",
+        dtype=f.get("--dtype") or "auto",
     )

@@ -8,6 +8,7 @@ dtype and an estimated parameter count. A missing or malformed key is a one-line
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -72,7 +73,8 @@ def kv_dtype_bytes(kv_cache_dtype: str, model_dtype_bytes: int) -> int:
 
 @dataclass(frozen=True)
 class ModelShape:
-    """What sizes a model's memory. ``dtype`` is the config's; vLLM serves float32 models in bf16."""
+    """What sizes a model's memory. ``dtype`` is the config's; vLLM serves float32 models in bf16
+    unless ``--dtype`` says otherwise (``served_dtype``, see :meth:`served_as`)."""
 
     source: str
     model_type: str
@@ -94,6 +96,7 @@ class ModelShape:
     sliding_window: int | None = None
     sliding_layers: tuple[bool, ...] = ()
     max_position_embeddings: int | None = None
+    served_dtype: str | None = None  # vLLM's --dtype when not ``auto``
 
     @classmethod
     def from_config(cls, path: str | Path) -> ModelShape:
@@ -127,8 +130,19 @@ class ModelShape:
 
     @property
     def serving_dtype_bytes(self) -> int:
-        """Bytes per weight as vLLM's ``--dtype auto`` loads them (float32 is served as bf16)."""
+        """Bytes per weight (and per KV element under ``--kv-cache-dtype auto``) as served: the
+        ``--dtype`` given, else as ``--dtype auto`` loads the config's (float32 is served as bf16)."""
+        if self.served_dtype is not None:
+            return dtype_bytes(self.served_dtype)
         return min(dtype_bytes(self.dtype), 2)
+
+    def served_as(self, dtype: str) -> ModelShape:
+        """This model served with vLLM's ``--dtype`` (``auto``: as its config says); under
+        ``--kv-cache-dtype auto`` its KV cache takes that type too."""
+        if dtype == "auto":
+            return dataclasses.replace(self, served_dtype=None)
+        dtype_bytes(dtype)  # a name vLLM accepts (float32, float, half, float16, bfloat16)
+        return dataclasses.replace(self, served_dtype=dtype)
 
     def kv_bytes_per_layer_token(self, kv_cache_dtype: str = "auto") -> int:
         """KV bytes one token takes in one attention layer."""

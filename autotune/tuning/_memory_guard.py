@@ -103,8 +103,8 @@ class MemoryGuard:
         tp = flag_int(engine_argv, TP_FLAGS) or 1
         per_rank = dataclasses.replace(
             request,
-            shape=dataclasses.replace(self.shape, num_kv_heads=max(1, self.shape.num_kv_heads // tp)),
-            weight_bytes=self.weights // ranks,
+            shape=dataclasses.replace(request.shape, num_kv_heads=max(1, request.shape.num_kv_heads // tp)),
+            weight_bytes=request.weight_bytes // ranks,
         )
         reasons: list[str] = []
         estimate = None
@@ -116,8 +116,25 @@ class MemoryGuard:
             reasons += [r for r in verdict.reasons if r not in reasons]
         return FeasibilityVerdict(feasible=not reasons, reasons=tuple(reasons), estimate=estimate)
 
+    def served(self, engine_argv: Sequence[str]) -> tuple[ModelShape, int]:
+        """The model's shape and weight bytes as this command serves it (its ``--dtype``)."""
+        return self._served(self.sizing(engine_argv))
+
+    def _served(self, s: EngineSizing) -> tuple[ModelShape, int]:
+        shape = self.shape.served_as(s.dtype)
+        if shape.serving_dtype_bytes == self.shape.serving_dtype_bytes or self.shape.weight_bits < 16:
+            return shape, self.weights  # quantized weights keep their width whatever --dtype says
+        return shape, self.weights * shape.serving_dtype_bytes // self.shape.serving_dtype_bytes
+
+    def kv_bytes_per_token(self, engine_argv: Sequence[str]) -> int:
+        """KV bytes per token under this command's ``--dtype`` and ``--kv-cache-dtype``: what a GPU
+        block or a host-pool slot costs (the pool holds the GPU's blocks as they are)."""
+        s = self.sizing(engine_argv)
+        return self._served(s)[0].kv_bytes_per_token(s.kv_cache_dtype)
+
     def _request(self, engine_argv: Sequence[str]) -> FeasibilityInput:
         s = self.sizing(engine_argv)
+        shape, weights = self._served(s)
         # vllm-ascend's CPUOffloadingConnector and vLLM's native offload on CUDA both map their whole
         # host pool from /dev/shm (cpu_kv_cache_*, vllm_offload_*.mmap); LMCache keeps it in the heap.
         joined = " ".join(engine_argv)
@@ -126,11 +143,11 @@ class MemoryGuard:
         )
         shm_pool = s.offload_bytes if in_shm else 0
         return FeasibilityInput(
-            shape=self.shape,
-            weight_bytes=self.weights,
+            shape=shape,
+            weight_bytes=weights,
             platform=self.platform,
             gpu_memory_utilization=s.gpu_memory_utilization,
-            max_model_len=s.max_model_len or self.shape.max_position_embeddings or 4096,
+            max_model_len=s.max_model_len or shape.max_position_embeddings or 4096,
             block_size=s.block_size,
             kv_cache_memory_bytes=s.kv_cache_memory_bytes,
             offload_bytes=s.offload_bytes,

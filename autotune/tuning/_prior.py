@@ -137,7 +137,7 @@ class Prior:
         if estimate is None or estimate.kv_tokens <= 0:
             return None
         pool_gib = float(values.get(POOL_PARAM) or 0)
-        per_token = setup.guard.shape.kv_bytes_per_token()
+        per_token = setup.guard.kv_bytes_per_token(argv)
         pool = int(pool_gib * GiB / per_token) if per_token else 0
         return estimate.kv_tokens, estimate.block_size, pool
 
@@ -266,7 +266,7 @@ def build_prior(setup: PriorInputs) -> Prior:
         return prior
     first_block = rows[0][2][1]
     ch = prior.chains(first_block)
-    per_token = setup.guard.shape.kv_bytes_per_token()
+    per_token = setup.guard.kv_bytes_per_token(setup.engine_argv())
     prior.lines.append(
         f"prior: {len(setup.workload)} requests, {ch.prompt_tokens:,} prompt tokens ({tok_name}); an unlimited "
         f"prefix cache serves {prior.bound(first_block):.1%} of them at block {first_block}; working set "
@@ -347,7 +347,7 @@ def _as_choice(p: Parameter, value: float) -> Any:
 
 def _pool_tokens(prior: Prior, gib: float) -> int:
     assert prior._setup is not None and prior._setup.guard is not None
-    per_token = prior._setup.guard.shape.kv_bytes_per_token()
+    per_token = prior._setup.guard.kv_bytes_per_token(prior._setup.engine_argv())  # the fixed flags' types
     return int(gib * GiB / per_token) if per_token else 0
 
 

@@ -157,3 +157,21 @@ def test_a_best_setting_at_vllms_defaults_is_left_to_the_baseline(tmp_path: Path
     prior = build_prior(inputs)
     assert [c.get("cpu_swap_space_gb") for c in prior.candidates] == [8]
     assert any("the baseline measures it" in line for line in prior.lines)
+
+
+@dataclass
+class _Fp8Inputs(_Inputs):
+    def engine_argv(self, tuned_args: Sequence[str] = ()) -> list[str]:
+        return ["--max-model-len", "8192", "--kv-cache-dtype", "fp8", *tuned_args]
+
+
+def test_an_fp8_kv_cache_holds_twice_the_tokens_on_the_gpu_and_in_the_host_pool(tmp_path: Path) -> None:
+    """The host pool holds the GPU's blocks as they are: with ``--kv-cache-dtype fp8`` fixed, 8 GiB
+    of pool hold twice the tokens (the prior counted bf16 bytes there, and so sized pools 2x too big)."""
+    bf16 = _gpu_inputs(tmp_path, docs=60)
+    fp8 = _Fp8Inputs(bf16.space, bf16.workload, bf16.guard, bf16.model)
+    values = {"gpu_memory_utilization": 0.3, "block_size": 16, "cpu_swap_space_gb": 8}
+    wide, narrow = build_prior(bf16).capacity(values), build_prior(fp8).capacity(values)
+    assert wide is not None and narrow is not None
+    assert narrow[0] >= 2 * wide[0] - 16  # GPU KV tokens (whole blocks)
+    assert narrow[2] == 2 * wide[2] == 2 * (8 * GiB // (128 * 1024))  # Llama-3-8B: 128 KiB a token in bf16
