@@ -23,8 +23,10 @@ _CONC_RE = re.compile(r"Maximum concurrency for (?P<len>[\d,]+) tokens per reque
 
 
 # The CPU build's linear layers run on oneDNN; on a CPU it was not built for (x86 without
-# AVX-512: the line was seen on a 2-core AMD EPYC Zen 3, for bfloat16 and float32 models alike) vLLM
-# prints this once per engine and runs them on plain torch, many times slower.
+# AVX-512: the line was seen on a 2-core AMD EPYC Zen 3, for bfloat16 and float32 models alike
+# under --dtype auto, which serves both in bfloat16) vLLM prints this once per engine and runs them
+# on plain torch, many times slower. With --dtype float32 the line is absent and oneDNN runs them
+# (test_kv_estimate_vs_vllm starts one such engine).
 _KERNEL_FALLBACK = re.compile(r"Failed to create oneDNN linear, fallback to torch linear")
 
 
@@ -35,7 +37,8 @@ def kernel_fallback_note(log_text: str) -> str | None:
     return (
         "vLLM's CPU build ran its linear layers on torch, not oneDNN ('Failed to create oneDNN linear'"
         " in its log): this CPU lacks the instructions the build targets (AVX-512), so its figures"
-        " are far slower than a supported CPU's"
+        " are far slower than a supported CPU's (fix: --engine-arg=--dtype=float32 keeps them on"
+        " oneDNN, at twice the KV bytes per token)"
     )
 
 

@@ -22,7 +22,9 @@ from pathlib import Path
 
 import pytest
 
+from autotune.engine import kernel_fallback_note
 from autotune.memory import GiB, ModelShape, cpu_kv_tokens, estimate_memory, read_machine_facts, weight_bytes
+from autotune.tuning import MemoryGuard
 
 pytestmark = [
     pytest.mark.vllm,
@@ -101,37 +103,30 @@ def _kv_line_from_vllm(model: Path, log: Path, mark: str, *flags: str) -> tuple[
 
 
 @pytest.mark.parametrize(
-    ("kv_flag", "kv_bytes", "max_model_len"),
+    ("kv_flag", "kv_bytes", "max_model_len", "dtype"),
     [
-        ("64M", 64 * (1 << 20), 1024),  # binary suffix; length a whole number of blocks
-        ("50m", 50_000_000, 1000),  # decimal suffix; 1000 tokens take 8 blocks of 128
+        # binary suffix; length a whole number of blocks; the bf16 model served in float32 (its
+        # KV cache too: twice the bytes per token), as the tool reads --dtype from the command
+        ("64M", 64 * (1 << 20), 1024, "float32"),
+        ("50m", 50_000_000, 1000, "auto"),  # decimal suffix; 1000 tokens take 8 blocks of 128
     ],
 )
-def test_explicit_kv_bytes_match_vllm_exactly(tiny_model, tmp_path, mark, kv_flag, kv_bytes, max_model_len):
-    shape = ModelShape.from_config(tiny_model)
-    tokens, length, concurrency = _kv_line_from_vllm(
-        tiny_model,
-        tmp_path / "vllm.log",
-        mark,
-        "--max-model-len",
-        str(max_model_len),
-        "--kv-cache-memory-bytes",
-        kv_flag,
-    )
-    est = estimate_memory(
-        shape,
-        weight_bytes=weight_bytes(tiny_model, shape),
-        gpu_total_bytes=8 * GiB,
-        gpu_memory_utilization=0.9,
-        max_model_len=max_model_len,
-        block_size=128,
-        kv_cache_memory_bytes=kv_bytes,
-        platform="cpu",
-    )
+def test_explicit_kv_bytes_match_vllm_exactly(
+    tiny_model, tmp_path, mark, kv_flag, kv_bytes, max_model_len, dtype
+):
+    argv = ["--max-model-len", str(max_model_len), "--kv-cache-memory-bytes", kv_flag, "--dtype", dtype]
+    tokens, length, concurrency = _kv_line_from_vllm(tiny_model, tmp_path / "vllm.log", mark, *argv)
+    guard = MemoryGuard.for_model(str(tiny_model), "cpu")
+    assert guard is not None
+    shape = guard.served(argv)[0]
+    est = guard.check([*argv, "--block-size", "128"]).estimate
+    assert est is not None
     print(
         f"vLLM: {tokens:,} tokens, {concurrency:.2f}x; estimate: {est.reported_tokens:,}, {est.max_concurrency:.2f}x"
     )
     assert length == max_model_len
+    if dtype == "float32":  # on x86 without AVX-512 too, oneDNN runs float32 linear layers
+        assert kernel_fallback_note((tmp_path / "vllm.log").read_text(errors="replace")) is None
     assert tokens == est.reported_tokens
     assert concurrency == pytest.approx(est.max_concurrency, abs=0.005)
     if max_model_len % 128 == 0:
