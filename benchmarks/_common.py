@@ -22,6 +22,7 @@ import shlex
 import statistics
 import subprocess
 import sys
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -197,6 +198,22 @@ def environment() -> dict[str, Any]:
 
 def load_average() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
+
+
+def machine_speed(seconds: float) -> float | None:
+    """The machine's own single-core speed now: the median time (ms) of a fixed pure-Python unit of
+    work, repeated for ``seconds``. No vLLM, no I/O: what it moves is the CPU the engine, the
+    front end and the replayer share (frequency, a neighbour on the host), so a series can tell an
+    engine's level from the machine's. None for ``seconds`` <= 0."""
+    if seconds <= 0:
+        return None
+    times: list[float] = []
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        t = time.perf_counter()
+        sum(i * i for i in range(100_000))
+        times.append((time.perf_counter() - t) * 1000.0)
+    return round(statistics.median(times), 3)
 
 
 # -- figures -------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ completion order), so the pruner can be judged offline on real measurements.
     python benchmarks/search_learning.py grid --workload W.jsonl --speed 1 --out G2.json
     python benchmarks/search_learning.py repeat --restarts 6 --out R.json
     python benchmarks/search_learning.py report G1.json G2.json R.json
+    python benchmarks/search_learning.py machine --probes 20 --out M.json
 
 ``grid``: every configuration of benchmarks/data/grid_space.yaml (18), once each, with 3 passes.
 ``repeat``: the study's baseline (vLLM's defaults with the fixed flags) on ``--restarts`` fresh
@@ -17,7 +18,11 @@ engines with auto passes: the CV over restarts of the first pass alone (a one-pa
 trial's figure (the median of the passes' p90s), and of an alternative, the p90 over every pass's
 requests together (both recomputed from the kept timings), and the trial time against a one-pass
 trial. ``--warmup alternate`` alternates the tool's workload-shaped warm-up with the short unrelated
-one restart by restart, and ``report`` compares each pair of neighbours.
+one restart by restart, and ``report`` compares each pair of neighbours; ``--alternate-env
+NAME=VALUE`` does the same for one variable of the engines' environment. Before each restart the
+machine's own speed is timed (``--machine-probe-s``, a fixed pure-Python unit of work), so that an
+engine's level can be told from the machine's.
+``machine``: that probe alone, back to back on the idle machine: the floor under any CV series.
 ``report``: (1) the prior's first informed candidate against the median configuration of the grid
 (the expected random trial); (2) the pruner replayed on the measured passes, over many trial orders:
 replay time saved, and whether it ever pruned the configuration that is best without it; (3) the
@@ -29,6 +34,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import os
 import random
 import statistics
 import sys
@@ -114,6 +120,13 @@ def cmd_grid(args: argparse.Namespace) -> dict[str, Any]:
         }
 
 
+def _set_env(name: str, value: str | None) -> None:
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
+
+
 def cmd_repeat(args: argparse.Namespace) -> dict[str, Any]:
     model = c.bench_model(args.models_dir)
     choices = c.tuning_choices(model, args.workload, quick=False, speed=args.speed, space=SPACE_PATH)
@@ -128,17 +141,30 @@ def cmd_repeat(args: argparse.Namespace) -> dict[str, Any]:
     with build_setup(choices) as setup:
         setup.check_fixed_flags()
         evaluator = setup.evaluator(log_dir)
+        if args.alternate_env and "=" not in args.alternate_env:
+            raise SystemExit(f"--alternate-env: {args.alternate_env!r} is not NAME=VALUE")
+        name, _, value = (args.alternate_env or "").partition("=")
+        kept = os.environ.get(name) if name else None
         for i in range(args.restarts):
             warmup = args.warmup if args.warmup != "alternate" else ("short", "like")[i % 2]
             evaluator.warmup_like_workload = warmup == "like"
+            arm = args.alternate_env if name and i % 2 else ""
+            if name:  # the engine inherits the tool's environment (LaunchSpec.process_env)
+                _set_env(name, value if arm else kept)
+            machine_ms = c.machine_speed(args.machine_probe_s)  # before the engine starts: quiet
             t = time.monotonic()
             rec = evaluator(i, RenderedConfig(args=()))
             entry = _record_entry(rec, len(setup.workload))
             entry["wall_s"] = time.monotonic() - t
             entry["warmup"] = warmup
+            entry["machine_ms"] = machine_ms
+            if name:
+                entry["env_arm"] = arm
             runs.append(entry)
-            c.log.warning("restart %d: p90 %s passes %s", i, entry.get("ttft_p90"),
+            c.log.warning("restart %d%s: p90 %s passes %s", i, f" ({arm})" if arm else "", entry.get("ttft_p90"),
                           [p.get("ttft_p90") for p in entry.get("passes", [])])  # fmt: skip
+        if name:
+            _set_env(name, kept)
         return {
             "benchmark": "search_learning/repeat",
             "env": env,
@@ -149,6 +175,27 @@ def cmd_repeat(args: argparse.Namespace) -> dict[str, Any]:
             "load_average": {"start": load0, "end": c.load_average()},
             "wall_s": time.monotonic() - t0,
         }
+
+
+def cmd_machine(args: argparse.Namespace) -> dict[str, Any]:
+    """The floor under any CV series on this machine: the same probe ``repeat`` times before each
+    restart, back to back on the idle machine."""
+    env, load0 = c.environment(), c.load_average()
+    probes = [c.machine_speed(args.machine_probe_s) for _ in range(args.probes)]
+    xs = [x for x in probes if x is not None]
+    print(
+        f"machine speed, {len(xs)} probes of {args.machine_probe_s:g} s (ms per unit): "
+        + ", ".join(f"{x:.2f}" for x in xs)
+        + (f"; CV {_cv(xs):.1%}, max/min {max(xs) / min(xs):.2f}" if len(xs) > 1 else "")
+    )
+    return {
+        "benchmark": "search_learning/machine",
+        "env": env,
+        "probe_s": args.machine_probe_s,
+        "machine_ms": xs,
+        "cv_machine": _cv(xs) if len(xs) > 1 else None,
+        "load_average": {"start": load0, "end": c.load_average()},
+    }
 
 
 # -- report (no engine) --------------------------------------------------------------------------
@@ -288,10 +335,19 @@ def with_pooled_figures(grid: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def repeat_table(rep: Mapping[str, Any], warmup: str | None = None) -> dict[str, Any]:
+def repeat_table(
+    rep: Mapping[str, Any], warmup: str | None = None, env_arm: str | None = None
+) -> dict[str, Any]:
     """The CV table of the restarts (those with ``warmup`` only, when given: runs recorded before
-    the workload-shaped warm-up have no ``warmup`` key and used the short one)."""
-    runs = [r for r in rep["runs"] if r["status"] == "ok" and warmup in (None, r.get("warmup", "short"))]
+    the workload-shaped warm-up have no ``warmup`` key and used the short one; those of one
+    ``--alternate-env`` arm only, when given: "" is the restarts without the variable)."""
+    runs = [
+        r
+        for r in rep["runs"]
+        if r["status"] == "ok"
+        and warmup in (None, r.get("warmup", "short"))
+        and env_arm in (None, r.get("env_arm"))
+    ]
     first = [r["passes"][0]["ttft_p90"] for r in runs]
     trial = [r["ttft_p90"] for r in runs]
     medians = [median_of_passes(r) for r in runs]
@@ -304,8 +360,17 @@ def repeat_table(rep: Mapping[str, Any], warmup: str | None = None) -> dict[str,
         whole = ts.get("startup", 0) + ts.get("warmup", 0) + ts.get("measure", 0)
         ratio.append(whole / one)
     two = [r["passes"][0]["ttft_p90"] / r["passes"][1]["ttft_p90"] for r in runs if len(r["passes"]) > 1]
+    machine = [r["machine_ms"] for r in runs if r.get("machine_ms")]
+    speed = {}
+    if len(machine) == len(runs) > 2:
+        speed = {
+            "machine_ms": machine,
+            "cv_machine": _cv(machine),
+            "trial_vs_machine_r": float(np.corrcoef(trial, machine)[0, 1]),
+        }
     return {
         "warmup": warmup or "short",
+        **({"env_arm": env_arm or "(unset)"} if env_arm is not None else {}),
         "restarts": len(runs),
         "passes": [len(r["passes"]) for r in runs],
         "first_to_second_pass": [round(x, 2) for x in two],
@@ -319,6 +384,7 @@ def repeat_table(rep: Mapping[str, Any], warmup: str | None = None) -> dict[str,
         "cv_pooled": _cv(pooled),
         "cv_within_engine_median": statistics.median(within) if within else None,
         "trial_time_vs_one_pass": [round(x, 2) for x in ratio],
+        **speed,
     }
 
 
@@ -340,6 +406,25 @@ def warmup_pairs(rep: Mapping[str, Any]) -> dict[str, Any] | None:
     }
 
 
+def env_pairs(rep: Mapping[str, Any]) -> dict[str, Any] | None:
+    """``--alternate-env``: each restart with the variable against the one without it just before."""
+    runs = rep["runs"]
+    diffs = [
+        (b["ttft_p90"] - a["ttft_p90"]) / a["ttft_p90"]
+        for a, b in zip(runs[::2], runs[1::2], strict=False)
+        if a.get("env_arm") == "" and b.get("env_arm") and a["status"] == b["status"] == "ok"
+    ]
+    if not diffs:
+        return None
+    arm = next(r["env_arm"] for r in runs if r.get("env_arm"))
+    return {
+        "env": arm,
+        "pairs": len(diffs),
+        "with_vs_without": [round(d, 3) for d in diffs],
+        "mean": statistics.mean(diffs),
+    }
+
+
 def cmd_report(args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {"grids": [], "repeat": None}
     for path in args.files:
@@ -357,8 +442,13 @@ def cmd_report(args: argparse.Namespace) -> dict[str, Any]:
             )
         else:
             variants = sorted({r.get("warmup", "short") for r in data["runs"]})
-            out["repeat"] = [repeat_table(data, v) for v in variants]
+            arms = sorted({r["env_arm"] for r in data["runs"] if "env_arm" in r})
+            if arms:
+                out["repeat"] = [repeat_table(data, None, a) for a in arms]
+            else:
+                out["repeat"] = [repeat_table(data, v) for v in variants]
             out["warmup_pairs"] = warmup_pairs(data)
+            out["env_pairs"] = env_pairs(data)
     print(markdown(out))
     return out
 
@@ -389,9 +479,17 @@ def markdown(out: Mapping[str, Any]) -> str:
             + f"; mean {pairs['mean']:+.1%}",
             "",
         ]
+    envp = out.get("env_pairs")
+    if envp:
+        lines += [
+            f"with {envp['env']} against without, restart by restart ({envp['pairs']} pairs): "
+            + ", ".join(f"{x:+.1%}" for x in envp["with_vs_without"])
+            + f"; mean {envp['mean']:+.1%}",
+            "",
+        ]
     for r in out.get("repeat") or ():
         lines += [
-            f"warm-up: {r['warmup']}",
+            f"warm-up: {r['warmup']}" + (f"; environment: {r['env_arm']}" if "env_arm" in r else ""),
             "",
             "| restarts | passes per trial (auto) | CV p90, first pass only | CV p90, median of passes | "
             "CV p90, all passes' requests | CV p90, as recorded | median within-engine CV | trial time / one-pass trial |",
@@ -407,6 +505,13 @@ def markdown(out: Mapping[str, Any]) -> str:
             "recorded trial figure (ms): " + ", ".join(f"{x:.1f}" for x in r["trial_p90"]),
             "",
         ]
+        if r.get("machine_ms"):
+            lines += [
+                "machine speed before each restart (ms per unit, lower is faster): "
+                + ", ".join(f"{x:.2f}" for x in r["machine_ms"])
+                + f"; CV {r['cv_machine']:.1%}; correlation with the trial figure r = {r['trial_vs_machine_r']:+.2f}",
+                "",
+            ]
     return "\n".join(lines)
 
 
@@ -423,11 +528,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     g.add_argument("--passes", type=int, default=3)
     r.add_argument("--restarts", type=int, default=6)
     r.add_argument(
+        "--alternate-env",
+        metavar="NAME=VALUE",
+        help="set this variable for the engines of odd restarts only (e.g. LD_PRELOAD=...), an A/B in time",
+    )
+    r.add_argument(
+        "--machine-probe-s",
+        type=float,
+        default=3.0,
+        help="time the machine's own speed for this long before each restart (0: off)",
+    )
+    r.add_argument(
         "--warmup",
         choices=("like", "short", "alternate"),
         default="like",
         help="the workload-shaped warm-up (the tool's), the short unrelated one, or one then the other",
     )
+    m = sub.add_parser("machine", help="the idle machine's own speed, probe after probe (no engine)")
+    m.add_argument("--probes", type=int, default=12)
+    m.add_argument("--machine-probe-s", type=float, default=3.0)
+    m.add_argument("--out", type=Path)
     rp = sub.add_parser("report")
     rp.add_argument("files", nargs="+", type=Path)
     rp.add_argument("--orders", type=int, default=200)
@@ -438,7 +558,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     rp.add_argument("--out", type=Path)
     args = p.parse_args(argv)
     c.setup_logging(args.verbose)
-    result = {"grid": cmd_grid, "repeat": cmd_repeat, "report": cmd_report}[args.cmd](args)
+    commands = {"grid": cmd_grid, "repeat": cmd_repeat, "machine": cmd_machine, "report": cmd_report}
+    result = commands[args.cmd](args)
     if args.out is not None:
         c.write_json(args.out, result)
     return 0

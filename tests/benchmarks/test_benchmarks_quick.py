@@ -184,3 +184,31 @@ def test_exhaustive_measures_every_grid_point_once_and_a_rerun_adds_none(tmp_pat
     again = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=200)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "grid of 4 configurations; 0 enqueued now, 0 to run" in again.stdout
+
+
+def test_search_learning_report_sets_each_restart_beside_the_machines_own_speed(tmp_path: Path) -> None:
+    """``search_learning.py report`` on a recorded repeat series (no engine): with the machine's
+    speed timed before each restart it gives the machine's CV and its correlation with the trial
+    figure; a series recorded before the probe existed reports as it did."""
+    recorded = json.loads((REPO / "benchmarks" / "results" / "issue14" / "repeat_like_0213.json").read_text())
+    assert "machine_ms" not in recorded["runs"][0]
+    probed = json.loads(json.dumps(recorded))
+    for run in probed["runs"]:  # a machine whose slowness the trial figures follow exactly
+        run["machine_ms"] = run["ttft_p90"] / 10.0
+    outs = []
+    for name, data in (("old", recorded), ("probed", probed)):
+        src, out = tmp_path / f"{name}.json", tmp_path / f"{name}.report.json"
+        src.write_text(json.dumps(data))
+        proc = subprocess.run(
+            [sys.executable, str(REPO / "benchmarks" / "search_learning.py"), "report", str(src), "--out", str(out)],
+            capture_output=True, text=True, timeout=120, cwd=REPO,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        outs.append((json.loads(out.read_text())["repeat"][0], proc.stdout))
+    (old, old_md), (new, new_md) = outs
+    assert "machine_ms" not in old and "machine speed" not in old_md
+    trial = [r["ttft_p90"] for r in recorded["runs"]]
+    assert new["machine_ms"] == [t / 10.0 for t in trial]
+    assert new["cv_machine"] == pytest.approx(new["cv_trial"])
+    assert new["trial_vs_machine_r"] == pytest.approx(1.0)
+    assert "correlation with the trial figure r = +1.00" in new_md
