@@ -369,7 +369,7 @@ def repeat_table(
             "trial_vs_machine_r": float(np.corrcoef(trial, machine)[0, 1]),
         }
     return {
-        "warmup": warmup or "short",
+        "warmup": warmup or "/".join(sorted({r.get("warmup", "short") for r in runs})) or "short",
         **({"env_arm": env_arm or "(unset)"} if env_arm is not None else {}),
         "restarts": len(runs),
         "passes": [len(r["passes"]) for r in runs],
