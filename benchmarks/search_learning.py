@@ -388,15 +388,22 @@ def repeat_table(
     }
 
 
-def warmup_pairs(rep: Mapping[str, Any]) -> dict[str, Any] | None:
-    """``--warmup alternate``: each workload-shaped restart against the short one just before it
-    (neighbours in time, so a drift of the machine's level over the series mostly cancels)."""
-    runs = rep["runs"]
-    diffs = [
+def _neighbour_diffs(runs: Sequence[Mapping[str, Any]], a_arm: Any, b_arm: Any) -> list[float]:
+    """Restarts taken in pairs (0-1, 2-3, ...): each ``b_arm(run)`` restart's p90 against the
+    ``a_arm(run)`` one just before it (neighbours in time, so a drift of the machine's level over
+    the series mostly cancels)."""
+    return [
         (b["ttft_p90"] - a["ttft_p90"]) / a["ttft_p90"]
         for a, b in zip(runs[::2], runs[1::2], strict=False)
-        if a.get("warmup") == "short" and b.get("warmup") == "like" and a["status"] == b["status"] == "ok"
+        if a_arm(a) and b_arm(b) and a["status"] == b["status"] == "ok"
     ]
+
+
+def warmup_pairs(rep: Mapping[str, Any]) -> dict[str, Any] | None:
+    """``--warmup alternate``: each workload-shaped restart against the short one just before it."""
+    diffs = _neighbour_diffs(
+        rep["runs"], lambda r: r.get("warmup") == "short", lambda r: r.get("warmup") == "like"
+    )
     if not diffs:
         return None
     return {
@@ -409,11 +416,7 @@ def warmup_pairs(rep: Mapping[str, Any]) -> dict[str, Any] | None:
 def env_pairs(rep: Mapping[str, Any]) -> dict[str, Any] | None:
     """``--alternate-env``: each restart with the variable against the one without it just before."""
     runs = rep["runs"]
-    diffs = [
-        (b["ttft_p90"] - a["ttft_p90"]) / a["ttft_p90"]
-        for a, b in zip(runs[::2], runs[1::2], strict=False)
-        if a.get("env_arm") == "" and b.get("env_arm") and a["status"] == b["status"] == "ok"
-    ]
+    diffs = _neighbour_diffs(runs, lambda r: r.get("env_arm") == "", lambda r: bool(r.get("env_arm")))
     if not diffs:
         return None
     arm = next(r["env_arm"] for r in runs if r.get("env_arm"))
@@ -453,6 +456,15 @@ def cmd_report(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+def _pairs_lines(what: str, diffs: Sequence[float], pairs: Mapping[str, Any]) -> list[str]:
+    return [
+        f"{what}, restart by restart ({pairs['pairs']} pairs): "
+        + ", ".join(f"{x:+.1%}" for x in diffs)
+        + f"; mean {pairs['mean']:+.1%}",
+        "",
+    ]
+
+
 def markdown(out: Mapping[str, Any]) -> str:
     lines: list[str] = []
     for g in out["grids"]:
@@ -471,22 +483,11 @@ def markdown(out: Mapping[str, Any]) -> str:
             f"in {pn['same_winner_in_orders']} of {pn['orders']}.",
             "",
         ]
-    pairs = out.get("warmup_pairs")
+    pairs, envp = out.get("warmup_pairs"), out.get("env_pairs")
     if pairs:
-        lines += [
-            f"workload-shaped warm-up against the short one, restart by restart ({pairs['pairs']} pairs): "
-            + ", ".join(f"{x:+.1%}" for x in pairs["like_vs_short"])
-            + f"; mean {pairs['mean']:+.1%}",
-            "",
-        ]
-    envp = out.get("env_pairs")
+        lines += _pairs_lines("workload-shaped warm-up against the short one", pairs["like_vs_short"], pairs)
     if envp:
-        lines += [
-            f"with {envp['env']} against without, restart by restart ({envp['pairs']} pairs): "
-            + ", ".join(f"{x:+.1%}" for x in envp["with_vs_without"])
-            + f"; mean {envp['mean']:+.1%}",
-            "",
-        ]
+        lines += _pairs_lines(f"with {envp['env']} against without", envp["with_vs_without"], envp)
     for r in out.get("repeat") or ():
         lines += [
             f"warm-up: {r['warmup']}" + (f"; environment: {r['env_arm']}" if "env_arm" in r else ""),

@@ -212,3 +212,25 @@ def test_search_learning_report_sets_each_restart_beside_the_machines_own_speed(
     assert new["cv_machine"] == pytest.approx(new["cv_trial"])
     assert new["trial_vs_machine_r"] == pytest.approx(1.0)
     assert "correlation with the trial figure r = +1.00" in new_md
+
+
+def test_search_learning_report_pairs_an_alternated_variable_with_its_neighbour(tmp_path: Path) -> None:
+    """``repeat --alternate-env``: the report sets each restart with the variable beside the one
+    just before it, and gives each arm its own CV table."""
+    data = json.loads((REPO / "benchmarks" / "results" / "issue14" / "repeat_like_0213.json").read_text())
+    for i, run in enumerate(data["runs"]):
+        run["env_arm"] = "X=1" if i % 2 else ""
+    src, out = tmp_path / "ab.json", tmp_path / "ab.report.json"
+    src.write_text(json.dumps(data))
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "search_learning.py"), "report", str(src), "--out", str(out)],
+        capture_output=True, text=True, timeout=120, cwd=REPO,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(out.read_text())
+    p90 = [r["ttft_p90"] for r in data["runs"]]
+    want = [round((b - a) / a, 3) for a, b in zip(p90[::2], p90[1::2], strict=True)]
+    assert report["env_pairs"]["with_vs_without"] == want and report["env_pairs"]["env"] == "X=1"
+    assert [t["env_arm"] for t in report["repeat"]] == ["(unset)", "X=1"]
+    assert [t["restarts"] for t in report["repeat"]] == [3, 3]
+    assert "with X=1 against without, restart by restart (3 pairs)" in proc.stdout
