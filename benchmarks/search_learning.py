@@ -128,6 +128,8 @@ def _set_env(name: str, value: str | None) -> None:
 
 
 def cmd_repeat(args: argparse.Namespace) -> dict[str, Any]:
+    if args.alternate_env and "=" not in args.alternate_env:  # before anything starts
+        raise SystemExit(f"--alternate-env: {args.alternate_env!r} is not NAME=VALUE")
     model = c.bench_model(args.models_dir)
     choices = c.tuning_choices(model, args.workload, quick=False, speed=args.speed, space=SPACE_PATH)
     from dataclasses import replace
@@ -141,8 +143,6 @@ def cmd_repeat(args: argparse.Namespace) -> dict[str, Any]:
     with build_setup(choices) as setup:
         setup.check_fixed_flags()
         evaluator = setup.evaluator(log_dir)
-        if args.alternate_env and "=" not in args.alternate_env:
-            raise SystemExit(f"--alternate-env: {args.alternate_env!r} is not NAME=VALUE")
         name, _, value = (args.alternate_env or "").partition("=")
         kept = os.environ.get(name) if name else None
         for i in range(args.restarts):

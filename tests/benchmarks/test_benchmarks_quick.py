@@ -186,25 +186,34 @@ def test_exhaustive_measures_every_grid_point_once_and_a_rerun_adds_none(tmp_pat
     assert "grid of 4 configurations; 0 enqueued now, 0 to run" in again.stdout
 
 
+RECORDED_SERIES = REPO / "benchmarks" / "results" / "issue14" / "repeat_like_0213.json"
+
+
+def _learning_report(data: dict[str, Any], tmp_path: Path, name: str) -> tuple[dict[str, Any], str]:
+    """``search_learning.py report`` on ``data`` (a repeat series; no engine): its JSON and markdown."""
+    src, out = tmp_path / f"{name}.json", tmp_path / f"{name}.report.json"
+    src.write_text(json.dumps(data))
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "search_learning.py"), "report", str(src), "--out", str(out)],
+        capture_output=True, text=True, timeout=120, cwd=REPO,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(out.read_text()), proc.stdout
+
+
 def test_search_learning_report_sets_each_restart_beside_the_machines_own_speed(tmp_path: Path) -> None:
     """``search_learning.py report`` on a recorded repeat series (no engine): with the machine's
     speed timed before each restart it gives the machine's CV and its correlation with the trial
     figure; a series recorded before the probe existed reports as it did."""
-    recorded = json.loads((REPO / "benchmarks" / "results" / "issue14" / "repeat_like_0213.json").read_text())
+    recorded = json.loads(RECORDED_SERIES.read_text())
     assert "machine_ms" not in recorded["runs"][0]
     probed = json.loads(json.dumps(recorded))
     for run in probed["runs"]:  # a machine whose slowness the trial figures follow exactly
         run["machine_ms"] = run["ttft_p90"] / 10.0
     outs = []
     for name, data in (("old", recorded), ("probed", probed)):
-        src, out = tmp_path / f"{name}.json", tmp_path / f"{name}.report.json"
-        src.write_text(json.dumps(data))
-        proc = subprocess.run(
-            [sys.executable, str(REPO / "benchmarks" / "search_learning.py"), "report", str(src), "--out", str(out)],
-            capture_output=True, text=True, timeout=120, cwd=REPO,
-        )  # fmt: skip
-        assert proc.returncode == 0, proc.stderr
-        outs.append((json.loads(out.read_text())["repeat"][0], proc.stdout))
+        report, md = _learning_report(data, tmp_path, name)
+        outs.append((report["repeat"][0], md))
     (old, old_md), (new, new_md) = outs
     assert "machine_ms" not in old and "machine speed" not in old_md
     trial = [r["ttft_p90"] for r in recorded["runs"]]
@@ -217,20 +226,13 @@ def test_search_learning_report_sets_each_restart_beside_the_machines_own_speed(
 def test_search_learning_report_pairs_an_alternated_variable_with_its_neighbour(tmp_path: Path) -> None:
     """``repeat --alternate-env``: the report sets each restart with the variable beside the one
     just before it, and gives each arm its own CV table."""
-    data = json.loads((REPO / "benchmarks" / "results" / "issue14" / "repeat_like_0213.json").read_text())
+    data = json.loads(RECORDED_SERIES.read_text())
     for i, run in enumerate(data["runs"]):
         run["env_arm"] = "X=1" if i % 2 else ""
-    src, out = tmp_path / "ab.json", tmp_path / "ab.report.json"
-    src.write_text(json.dumps(data))
-    proc = subprocess.run(
-        [sys.executable, str(REPO / "benchmarks" / "search_learning.py"), "report", str(src), "--out", str(out)],
-        capture_output=True, text=True, timeout=120, cwd=REPO,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
-    report = json.loads(out.read_text())
+    report, md = _learning_report(data, tmp_path, "ab")
     p90 = [r["ttft_p90"] for r in data["runs"]]
     want = [round((b - a) / a, 3) for a, b in zip(p90[::2], p90[1::2], strict=True)]
     assert report["env_pairs"]["with_vs_without"] == want and report["env_pairs"]["env"] == "X=1"
     assert [t["env_arm"] for t in report["repeat"]] == ["(unset)", "X=1"]
     assert [t["restarts"] for t in report["repeat"]] == [3, 3]
-    assert "with X=1 against without, restart by restart (3 pairs)" in proc.stdout
+    assert "with X=1 against without, restart by restart (3 pairs)" in md
