@@ -33,7 +33,8 @@ from autotune.study import (
     read_record,
     run_study,
 )
-from autotune.tuning import TuningSetup, VllmEvaluator, build_setup, compare_configs, plan_baseline
+from autotune.trial import VllmEvaluator, compare_configs
+from autotune.tuning import TuningSetup, build_setup, plan_baseline
 
 WORKLOADS = ("rag.jsonl", "support_chat.jsonl")
 # (figure, label, higher is better)

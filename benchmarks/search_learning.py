@@ -51,8 +51,8 @@ from search_efficiency import key as _key
 
 from autotune.space import load_search_space, render_values
 from autotune.study import Figures, IncumbentPruner, TrialRecord, TrialStatus, write_record
+from autotune.trial import read_request_timings
 from autotune.tuning import build_setup
-from autotune.tuning._requests import read_request_timings
 
 SPACE_PATH = c.REPO / "benchmarks" / "data" / "grid_space.yaml"
 CHECKPOINTS = 4

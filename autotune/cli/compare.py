@@ -13,7 +13,8 @@ from autotune.cli import _options as o
 from autotune.cli._console import console, out
 from autotune.errors import ConfigError
 from autotune.study import TrialRecord
-from autotune.tuning import Comparison, TuningSetup, build_setup, compare_configs, config_to_args, on_gpus
+from autotune.trial import Comparison, compare_configs, config_to_args
+from autotune.tuning import TuningSetup, build_setup, on_gpus
 
 # ruff: noqa: UP045  (typer needs Optional at runtime on Python 3.10)
 

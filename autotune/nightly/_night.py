@@ -42,14 +42,8 @@ from autotune.study import (
     render_reference,
     run_study,
 )
-from autotune.tuning import (
-    Comparison,
-    TuningSetup,
-    VllmEvaluator,
-    compare_configs,
-    config_to_args,
-    significant_gain,
-)
+from autotune.trial import Comparison, VllmEvaluator, compare_configs, config_to_args, significant_gain
+from autotune.tuning import TuningSetup
 
 __all__ = ["NightOptions", "run_night"]
 

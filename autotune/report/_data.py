@@ -20,7 +20,7 @@ from autotune.errors import ExportError
 from autotune.export import measured_engine_argv
 from autotune.space import flag_pairs
 from autotune.study import TrialRecord, baseline_trial, best_feasible, constraints_hold, read_record
-from autotune.tuning import read_request_timings
+from autotune.trial import read_request_timings
 
 __all__ = ["FIGURE_COLUMNS", "StudyFacts", "TrialRow", "collect", "pareto_front", "request_cdf"]
 

@@ -1,22 +1,17 @@
 """From the user's choices to measurements: the one evaluator assembly (:func:`build_setup`),
-one trial end to end (:class:`VllmEvaluator`), its memory checks, A/B re-measurement,
 confirmation before export, the baseline's reference and the dry run; and parallel workers, one
 per GPU or tensor-parallel group (:func:`plan_groups`, :func:`run_parallel`, :func:`run_worker`)."""
 
 from __future__ import annotations
 
-from autotune.tuning._compare import ArmSummary, Comparison, compare_configs, config_to_args, significant_gain
 from autotune.tuning._confirm import confirm_best
 from autotune.tuning._dry_run import CommandPreview, preview_commands
-from autotune.tuning._evaluator import VllmEvaluator, no_success_reason
 from autotune.tuning._fingerprint import FINGERPRINT_ATTR, check_fingerprint, study_fingerprint
 from autotune.tuning._gpus import GpuGroup, for_gpus, on_gpus, parse_gpus, plan_groups, record_devices
 from autotune.tuning._lock import StudyLock
-from autotune.tuning._memory_guard import MemoryGuard, clamp_space
 from autotune.tuning._model import check_model, looks_like_hub_name
 from autotune.tuning._open import FORMATS_ATTR, OpenedStudy, open_study, study_directory
 from autotune.tuning._reference import BaselinePlan, plan_baseline
-from autotune.tuning._requests import read_request_timings, write_request_timings
 from autotune.tuning._setup import (
     ArrivalChoice,
     TuningChoices,
@@ -32,45 +27,34 @@ __all__ = [
     "FINGERPRINT_ATTR",
     "FORMATS_ATTR",
     "RUN_ATTR",
-    "ArmSummary",
     "ArrivalChoice",
     "BaselinePlan",
     "CommandPreview",
-    "Comparison",
     "GpuGroup",
-    "MemoryGuard",
     "OpenedStudy",
     "ParallelRun",
     "StudyLock",
     "TuningChoices",
     "TuningSetup",
-    "VllmEvaluator",
     "WorkerSpec",
     "build_setup",
     "check_fingerprint",
     "check_model",
     "check_study_name",
-    "clamp_space",
-    "compare_configs",
-    "config_to_args",
     "confirm_best",
     "describe_params",
     "for_gpus",
     "looks_like_hub_name",
-    "no_success_reason",
     "on_gpus",
     "open_study",
     "parse_gpus",
     "plan_baseline",
     "plan_groups",
     "preview_commands",
-    "read_request_timings",
     "record_devices",
     "run_parallel",
     "run_worker",
-    "significant_gain",
     "study_choices",
     "study_directory",
     "study_fingerprint",
-    "write_request_timings",
 ]

@@ -12,8 +12,7 @@ import optuna
 
 from autotune.space import RenderedConfig
 from autotune.study import Objective, TrialRecord, baseline_trial, best_feasible, read_record
-from autotune.tuning._compare import compare_configs, significant_gain
-from autotune.tuning._evaluator import VllmEvaluator
+from autotune.trial import VllmEvaluator, compare_configs, significant_gain
 
 __all__ = ["confirm_best"]
 

@@ -12,7 +12,7 @@ import optuna
 from autotune.engine import ArgChecker, LaunchSpec, build_argv
 from autotune.space import RenderedConfig, SearchSpace, render_values
 from autotune.study import suggest_values
-from autotune.tuning._memory_guard import MemoryGuard
+from autotune.trial import MemoryGuard
 
 __all__ = ["CommandPreview", "preview_commands"]
 

@@ -32,7 +32,7 @@ import optuna
 from autotune.engine import GpuLease
 from autotune.errors import ConfigError
 from autotune.memory import MachineFacts, MachineProbe, read_machine_facts
-from autotune.tuning._memory_guard import PP_FLAGS, TP_FLAGS, flag_int
+from autotune.trial import PP_FLAGS, TP_FLAGS, flag_int
 from autotune.tuning._setup import TuningSetup
 
 __all__ = [

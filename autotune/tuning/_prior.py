@@ -28,7 +28,7 @@ import optuna
 
 from autotune.space import Parameter, SearchSpace, render_values
 from autotune.study import read_record
-from autotune.tuning._memory_guard import MemoryGuard
+from autotune.trial import MemoryGuard
 from autotune.workload import PromptTokenizer, WordTokenizer, Workload, load_tokenizer
 
 __all__ = ["POOL_PARAM", "Prior", "PriorInputs", "build_prior", "lru_hit_share"]

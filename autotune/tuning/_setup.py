@@ -25,11 +25,16 @@ from autotune.errors import ConfigError
 from autotune.memory import read_machine_facts
 from autotune.space import FlagPairs, SearchSpace, apply_profile, flags_to_argv, load_search_space
 from autotune.study import IncumbentPruner, Objective, parse_slo
-from autotune.tuning._evaluator import VllmEvaluator
-from autotune.tuning._fit_requests import check_request_sizes
-from autotune.tuning._memory_guard import MemoryGuard, clamp_space
+from autotune.trial import (
+    DEV_MODE_ENV,
+    MemoryGuard,
+    PassPlan,
+    VllmEvaluator,
+    check_request_sizes,
+    clamp_space,
+    parse_passes,
+)
 from autotune.tuning._model import check_model
-from autotune.tuning._passes import DEV_MODE_ENV, PassPlan, parse_passes
 from autotune.tuning._prior import Prior, build_prior
 from autotune.workload import Workload, load_workload, sample_workload
 

@@ -40,7 +40,7 @@ from autotune.study import (
     ensure_baseline,
     read_record,
 )
-from autotune.tuning._evaluator import VllmEvaluator
+from autotune.trial import VllmEvaluator
 from autotune.tuning._fingerprint import check_fingerprint
 from autotune.tuning._gpus import GpuGroup, for_gpus, record_devices
 from autotune.tuning._setup import TuningSetup

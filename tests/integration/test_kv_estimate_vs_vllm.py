@@ -24,7 +24,7 @@ import pytest
 
 from autotune.engine import kernel_fallback_note
 from autotune.memory import GiB, ModelShape, cpu_kv_tokens, estimate_memory, read_machine_facts, weight_bytes
-from autotune.tuning import MemoryGuard
+from autotune.trial import MemoryGuard
 
 pytestmark = [
     pytest.mark.vllm,

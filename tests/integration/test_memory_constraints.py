@@ -12,7 +12,7 @@ from autotune.engine import CPU_LAUNCHER, LaunchSpec, parse_engine_args
 from autotune.memory import GiB, SwapReading
 from autotune.space import SearchSpace
 from autotune.study import Objective, best_feasible, load_or_create, run_study
-from autotune.tuning import MemoryGuard, VllmEvaluator
+from autotune.trial import MemoryGuard, VllmEvaluator
 from autotune.workload import load_workload
 from tests.conftest import FAKE_LAUNCHER, MARK_ENV, REPO
 from tests.unit.conftest import FakeProbe

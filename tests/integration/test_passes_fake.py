@@ -14,8 +14,7 @@ from autotune.bench import ArrivalSpec
 from autotune.engine import LaunchSpec
 from autotune.space import RenderedConfig, load_search_space
 from autotune.study import IncumbentPruner, Objective, TrialStatus, load_or_create, read_record, run_study
-from autotune.tuning import VllmEvaluator
-from autotune.tuning._passes import DEV_MODE_ENV, PassPlan
+from autotune.trial import DEV_MODE_ENV, PassPlan, VllmEvaluator
 from autotune.workload import load_workload
 from tests.conftest import FAKE_LAUNCHER, MARK_ENV
 

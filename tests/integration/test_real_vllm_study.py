@@ -14,8 +14,7 @@ from autotune.engine import CPU_LAUNCHER, LaunchSpec, VllmArgChecker, parse_engi
 from autotune.export import export_best
 from autotune.space import load_search_space
 from autotune.study import Objective, load_or_create, run_study
-from autotune.tuning import VllmEvaluator
-from autotune.tuning._passes import DEV_MODE_ENV, PassPlan
+from autotune.trial import DEV_MODE_ENV, PassPlan, VllmEvaluator
 from autotune.workload import load_workload
 from tests.conftest import MARK_ENV, REPO
 

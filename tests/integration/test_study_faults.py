@@ -28,7 +28,7 @@ from autotune.study import (
     resolve_storage_url,
     run_study,
 )
-from autotune.tuning._fit_requests import check_request_sizes
+from autotune.trial import check_request_sizes
 from autotune.workload import load_workload
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)

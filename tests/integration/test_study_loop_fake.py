@@ -22,7 +22,7 @@ from autotune.study import (
     read_record,
     run_study,
 )
-from autotune.tuning import VllmEvaluator
+from autotune.trial import VllmEvaluator
 from autotune.workload import load_workload
 from tests.conftest import FAKE_LAUNCHER, MARK_ENV
 

@@ -11,7 +11,7 @@ import pytest
 from autotune.memory import HOST_MEMORY_ENV, GiB, SystemProbe, read_machine_facts
 from autotune.memory import _machine as machine
 from autotune.space import load_search_space
-from autotune.tuning import clamp_space
+from autotune.trial import clamp_space
 
 SPACE = """
 name: offload

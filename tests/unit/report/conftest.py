@@ -13,7 +13,7 @@ import pytest
 from autotune.bench import RequestTiming, summarize
 from autotune.space import RenderedConfig, SearchSpace
 from autotune.study import Figures, Metrics, Objective, TrialRecord, TrialStatus, load_or_create, run_study
-from autotune.tuning import write_request_timings
+from autotune.trial import write_request_timings
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

@@ -14,8 +14,8 @@ import pytest
 from autotune.memory import GiB
 from autotune.space import SearchSpace, load_search_space
 from autotune.study import TrialRecord, TrialStatus, write_record
+from autotune.trial import MemoryGuard
 from autotune.tuning import TuningChoices, build_setup
-from autotune.tuning._memory_guard import MemoryGuard
 from autotune.tuning._prior import _chains, build_prior, lru_hit_share
 from autotune.workload import Workload, load_workload
 from tests.unit.conftest import FakeProbe, config_path, h100

@@ -41,7 +41,7 @@ from autotune.memory import (
 )
 from autotune.space import SearchSpace
 
-__all__ = ["MemoryGuard", "clamp_space", "parallel_ranks"]
+__all__ = ["PP_FLAGS", "TP_FLAGS", "MemoryGuard", "clamp_space", "flag_int", "parallel_ranks"]
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ from autotune.bench import RequestTiming, summarize
 from autotune.export import build_export, write_export
 from autotune.space import RenderedConfig
 from autotune.study import Figures, TrialRecord, TrialStatus
-from autotune.tuning import compare_configs, config_to_args
+from autotune.trial import compare_configs, config_to_args
 
 
 def test_arms_alternate_and_the_ratio_is_of_medians() -> None:
@@ -57,13 +57,13 @@ def test_exported_config_reads_back_into_the_same_flags(tmp_path: Path) -> None:
 
 
 def _comparison(a: list[float], b: list[float]):  # type: ignore[no-untyped-def]
-    from autotune.tuning import ArmSummary, Comparison
+    from autotune.trial import ArmSummary, Comparison
 
     return Comparison(a=ArmSummary("A", (), (), {"ttft_p90": a}), b=ArmSummary("B", (), (), {"ttft_p90": b}))
 
 
 def test_a_gain_inside_the_noise_is_not_called_an_improvement() -> None:
-    from autotune.tuning import significant_gain
+    from autotune.trial import significant_gain
 
     ok, why = significant_gain(_comparison([100, 104, 98], [97, 101, 99]), "ttft_p90", maximize=False)
     assert not ok and "ranges overlap" in why
@@ -80,7 +80,7 @@ def test_a_gain_inside_the_noise_is_not_called_an_improvement() -> None:
 def test_an_arm_whose_runs_disagree_is_flagged() -> None:
     """The H200's defaults measured 212 and 965 ms p90 in two runs of one command: the median of
     two is then mostly the odd run, and the comparison says so; runs within the noise are not flagged."""
-    from autotune.tuning import ArmSummary, Comparison
+    from autotune.trial import ArmSummary, Comparison
 
     a = ArmSummary("A defaults", (), (), {"ttft_p50": [136.2, 154.6], "ttft_p90": [212.3, 965.2]})
     b = ArmSummary("B best.yaml", (), (), {"ttft_p50": [50.9, 57.2], "ttft_p90": [163.3, 164.6]})

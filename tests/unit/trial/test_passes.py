@@ -8,7 +8,7 @@ import pytest
 
 from autotune.bench import TrialFigures
 from autotune.errors import ConfigError
-from autotune.tuning._passes import (
+from autotune.trial import (
     MAX_AUTO_PASSES,
     PassPlan,
     combine_passes,

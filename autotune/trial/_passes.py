@@ -33,6 +33,7 @@ __all__ = [
     "parse_passes",
     "reset_leak",
     "reset_prefix_cache",
+    "spread",
 ]
 
 log = logging.getLogger(__name__)

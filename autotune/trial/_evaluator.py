@@ -48,9 +48,9 @@ from autotune.errors import EngineCrashed, EngineStartError
 from autotune.memory import MemorySampler
 from autotune.space import RenderedConfig
 from autotune.study import Figures, Metrics, Progress, TrialRecord, TrialStatus
-from autotune.tuning._memory_guard import MemoryGuard
-from autotune.tuning._passes import PassPlan, PassResult, combine_passes, reset_leak, reset_prefix_cache
-from autotune.tuning._requests import write_request_timings
+from autotune.trial._memory_guard import MemoryGuard
+from autotune.trial._passes import PassPlan, PassResult, combine_passes, reset_leak, reset_prefix_cache
+from autotune.trial._requests import write_request_timings
 from autotune.workload import Workload
 
 __all__ = ["VllmEvaluator", "no_success_reason"]

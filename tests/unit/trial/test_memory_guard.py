@@ -6,7 +6,7 @@ from pathlib import Path
 
 from autotune.engine._sizing import parse_size, sizing_from_argv
 from autotune.memory import GiB, GpuMemory, GpuReading
-from autotune.tuning import MemoryGuard
+from autotune.trial import MemoryGuard
 from tests.unit.conftest import FakeProbe
 
 TINY = Path(__file__).resolve().parents[2] / "data" / "model_configs" / "tiny-llama-2layer.json"

@@ -1,0 +1,61 @@
+"""One configuration measured: the evaluator that starts an engine, replays the workload (in
+passes, the prefix cache emptied between them) and records the trial; the memory guard that
+checks a command before launch and watches the run; the requests' timings on disk; the request
+sizes checked against the model; and the A/B comparison of two configurations."""
+
+from __future__ import annotations
+
+from autotune.trial._compare import ArmSummary, Comparison, compare_configs, config_to_args, significant_gain
+from autotune.trial._evaluator import VllmEvaluator, no_success_reason
+from autotune.trial._fit_requests import check_request_sizes, model_max_len
+from autotune.trial._memory_guard import (
+    PP_FLAGS,
+    TP_FLAGS,
+    MemoryGuard,
+    clamp_space,
+    flag_int,
+    parallel_ranks,
+)
+from autotune.trial._passes import (
+    AUTO_PASS_BUDGET,
+    DEV_MODE_ENV,
+    MAX_AUTO_PASSES,
+    PassPlan,
+    PassResult,
+    combine_passes,
+    parse_passes,
+    reset_leak,
+    reset_prefix_cache,
+    spread,
+)
+from autotune.trial._requests import read_request_timings, write_request_timings
+
+__all__ = [
+    "AUTO_PASS_BUDGET",
+    "DEV_MODE_ENV",
+    "MAX_AUTO_PASSES",
+    "PP_FLAGS",
+    "TP_FLAGS",
+    "ArmSummary",
+    "Comparison",
+    "MemoryGuard",
+    "PassPlan",
+    "PassResult",
+    "VllmEvaluator",
+    "check_request_sizes",
+    "clamp_space",
+    "combine_passes",
+    "compare_configs",
+    "config_to_args",
+    "flag_int",
+    "model_max_len",
+    "no_success_reason",
+    "parallel_ranks",
+    "parse_passes",
+    "read_request_timings",
+    "reset_leak",
+    "reset_prefix_cache",
+    "significant_gain",
+    "spread",
+    "write_request_timings",
+]
