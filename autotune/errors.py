@@ -12,11 +12,14 @@
     │   └── EngineArgsError        the rendered command is rejected by vLLM's own argument parser
     ├── StorageError               the study storage could not be opened or used
     ├── StudyBusyError             the study is already being run on this host (exit 6)
-    └── ExportError                no trial to export, or the export could not be written
+    ├── ExportError                no trial to export, or the export could not be written
+    └── PromoteHookError           the ``--on-promote`` command failed or timed out (exit 7);
+                                   the export it was given is kept
 
 Exit codes: 0 done, 1 other error, 2 bad input or usage, 5 no baseline could be measured
 (``run``), 6 the study is already running on this host, 130 interrupted. ``autotune nightly``
-adds 3 (a regression) and 4 (nothing feasible).
+adds 3 (a regression), 4 (nothing feasible) and 7 (the promotion was exported, but its
+``--on-promote`` hook failed: the hook's own exit code is in the message and its log).
 
 Expected trial outcomes (out of memory, a bad flag combination, a start-up timeout) are
 converted into data by the study loop: the trial is recorded as failed or infeasible with
@@ -28,6 +31,7 @@ from __future__ import annotations
 __all__ = [
     "EXIT_NOTHING_FEASIBLE",
     "EXIT_NO_BASELINE",
+    "EXIT_PROMOTE_HOOK_FAILED",
     "EXIT_REGRESSION",
     "AutotuneError",
     "ConfigError",
@@ -36,6 +40,7 @@ __all__ = [
     "EngineError",
     "EngineStartError",
     "ExportError",
+    "PromoteHookError",
     "SearchSpaceError",
     "StorageError",
     "StudyBusyError",
@@ -46,6 +51,7 @@ __all__ = [
 EXIT_REGRESSION = 3
 EXIT_NOTHING_FEASIBLE = 4
 EXIT_NO_BASELINE = 5
+EXIT_PROMOTE_HOOK_FAILED = 7
 
 
 class AutotuneError(Exception):
@@ -102,3 +108,9 @@ class StudyBusyError(AutotuneError):
 
 class ExportError(AutotuneError):
     pass
+
+
+class PromoteHookError(AutotuneError):
+    """The promote hook failed; the new export stays where it was written."""
+
+    exit_code = EXIT_PROMOTE_HOOK_FAILED
