@@ -112,11 +112,35 @@ def _parse_line(text: str) -> _Line:
         raise _BadLine(
             "prompt: neither prompt nor messages is set (add prompt, or messages for the chat API)"
         )
+    _refuse_empty_text(line)
     if line.max_tokens is not None and line.output_tokens is not None:
         raise _BadLine("output_tokens: both max_tokens and output_tokens are set (keep only max_tokens)")
     if line.max_tokens is None and line.output_tokens is None:
         raise _BadLine(f"max_tokens: missing ({_RULES['max_tokens'][1]})")
     return line
+
+
+def _refuse_empty_text(line: _Line) -> None:
+    """What vLLM's OpenAI server refuses with HTTP 400 ("Either prompt or prompt_embeds must be
+    provided and non-empty", "The decoder prompt cannot be empty"): a prompt without text, or a
+    conversation none of whose messages has text (a chat template that renders only the contents
+    then makes an empty prompt; one that adds role markers sends a request that measures nothing)."""
+    skip = "or drop the line, or pass --skip-bad-lines"
+    if line.prompt is not None and not line.prompt.strip():
+        raise _BadLine(
+            f"prompt: no text in request {_shown_id(line)}, got {line.prompt!r} (vLLM refuses an empty "
+            f"prompt with HTTP 400; write the prompt text, {skip})"
+        )
+    if line.messages is not None and not any(m.content.strip() for m in line.messages):
+        contents = [m.content for m in line.messages]
+        raise _BadLine(
+            f"messages: no message has text in request {_shown_id(line)}, contents {contents!r} (the chat "
+            f"template would send an empty or content-free prompt; write the message text, {skip})"
+        )
+
+
+def _shown_id(line: _Line) -> str:
+    return repr(line.id) if line.id is not None else "without id"
 
 
 def _to_request(line: _Line, *, index: int, lineno: int) -> WorkloadRequest:
@@ -138,17 +162,30 @@ def _to_request(line: _Line, *, index: int, lineno: int) -> WorkloadRequest:
     )
 
 
-def _read_lines(path: Path) -> list[str]:
+def _read_lines(path: Path) -> list[str | _BadLine]:
+    """The file's lines (split at LF, CRLF or CR, as editors number them); a line that is not
+    UTF-8 is its own :class:`_BadLine`, so the error names it (and ``--skip-bad-lines`` can skip it)."""
     try:
-        return path.read_text(encoding="utf-8").splitlines()
+        data = path.read_bytes()
     except FileNotFoundError:
         raise WorkloadError(f"{path}: file not found (check the path)") from None
     except IsADirectoryError:
         raise WorkloadError(f"{path}: is a directory (pass a JSONL file)") from None
-    except UnicodeDecodeError as exc:
-        raise WorkloadError(f"{path}: not UTF-8 text at byte {exc.start} (save the file as UTF-8)") from None
     except OSError as exc:
         raise WorkloadError(f"{path}: cannot read: {exc.strerror} (check the path and permissions)") from None
+    lines: list[str | _BadLine] = []
+    for raw in data.splitlines():
+        try:
+            lines.append(raw.decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            bad = raw[exc.start : exc.end]
+            lines.append(
+                _BadLine(
+                    f"line: not UTF-8 text at column {exc.start + 1} (byte{'s' if len(bad) > 1 else ''} "
+                    f"{bad.hex(' ')}) (save the file as UTF-8, e.g. iconv -f latin1 -t utf-8)"
+                )
+            )
+    return lines
 
 
 def load_workload(path: Path, *, skip_bad_lines: bool = False) -> Workload:
@@ -165,9 +202,11 @@ def load_workload(path: Path, *, skip_bad_lines: bool = False) -> Workload:
     timed_line: int | None = None
     untimed_line: int | None = None
     for lineno, text in enumerate(_read_lines(path), start=1):
-        if not text.strip():
+        if isinstance(text, str) and not text.strip():
             continue
         try:
+            if isinstance(text, _BadLine):
+                raise text
             line = _parse_line(text)
             request = _to_request(line, index=len(requests), lineno=lineno)
             if request.id in first_id:
