@@ -6,6 +6,7 @@ Every error is one line naming the file, the line and key path, the bad value an
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -68,8 +69,17 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 _KEY_PATH_RE = re.compile(r"^(parameters\.[A-Za-z0-9_]+(?:\.[A-Za-z0-9_]+)*): ")
 
 
-def load_search_space(path: Path) -> SearchSpace:
+def load_search_space(path: Path, opt_in: Iterable[str] = ()) -> SearchSpace:
+    """The space in ``path``, with the named opt-in parameters enabled (``--opt-in NAME``)."""
     path = Path(path)
+    space = _load(path)
+    try:
+        return space.with_opt_in(opt_in)
+    except ValueError as exc:
+        raise SearchSpaceError(f"{path}: --opt-in: {exc}") from exc
+
+
+def _load(path: Path) -> SearchSpace:
     try:
         text = path.read_text()
     except OSError as exc:

@@ -14,6 +14,7 @@ so everything downstream sees one target per parameter.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -127,6 +128,11 @@ class Parameter(_Strict):
     render: dict[ProfileName, RenderTarget] | None = Field(
         default=None, description="per engine profile: how the value reaches that engine"
     )
+    opt_in: str | None = Field(
+        default=None,
+        description="why it is off unless the user enables it (e.g. it changes numerics); printed with its value",
+    )
+    opted_in: bool = Field(default=False, description="an opt-in parameter the user enabled")
 
     @model_validator(mode="after")
     def _check(self) -> Parameter:
@@ -162,6 +168,8 @@ class Parameter(_Strict):
         elif self.type == "bool" and any(v is not None for v in (self.low, self.high, self.choices)):
             raise ValueError("type bool takes no low/high/choices")
         self._check_off_value()
+        if self.opted_in and self.opt_in is None:
+            raise ValueError("'opted_in' enables an 'opt_in' parameter; this one has no 'opt_in' reason")
         return self
 
     def _check_off_value(self) -> None:
@@ -187,12 +195,14 @@ class Parameter(_Strict):
 
     @property
     def tunable(self) -> bool:
-        return self.unsupported is None and self.has_target
+        return self.unsupported is None and self.has_target and (self.opt_in is None or self.opted_in)
 
     @property
     def unsupported_reason(self) -> str | None:
         if self.unsupported is not None:
             return self.unsupported
+        if self.opt_in is not None and not self.opted_in:
+            return f"opt-in, off unless enabled ({self.opt_in})"
         if not self.has_target:
             profiles = ", ".join(self.render or {})
             return (
@@ -227,6 +237,28 @@ class SearchSpace(_Strict):
     @property
     def tunable(self) -> dict[str, Parameter]:
         return {k: v for k, v in self.parameters.items() if v.tunable}
+
+    @property
+    def numerics_notes(self) -> dict[str, str]:
+        """Enabled opt-in parameters with their reason (what the export and the report repeat)."""
+        return {k: v.opt_in for k, v in self.parameters.items() if v.opt_in is not None and v.opted_in}
+
+    def with_opt_in(self, names: Iterable[str]) -> SearchSpace:
+        """This space with the named opt-in parameters enabled (``ValueError`` names a bad one and the fix)."""
+        params = dict(self.parameters)
+        offered = [k for k, v in params.items() if v.opt_in is not None]
+        for name in names:
+            p = params.get(name)
+            if p is None or p.opt_in is None:
+                what = (
+                    "is not a parameter" if p is None else "is not an opt-in parameter (it is tuned already)"
+                )
+                raise ValueError(
+                    f"opt-in {name!r} {what} of space {self.name!r} "
+                    f"(fix: use one of: {', '.join(offered) or 'none; this space has no opt-in parameter'})"
+                )
+            params[name] = p.model_copy(update={"opted_in": True})
+        return self.model_copy(update={"parameters": params})
 
     @property
     def unsupported(self) -> dict[str, str]:

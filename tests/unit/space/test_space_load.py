@@ -78,7 +78,7 @@ def test_shipped_cuda_space_loads_with_offload_tunable_and_conditional_threshold
     assert space.platform == "cuda"
     assert "cpu_swap_space_gb" in space.tunable
     assert space.tunable["cpu_swap_space_gb"].off_value == 0
-    assert set(space.unsupported) == {"swap_in_threshold"}
+    assert set(space.unsupported) == {"swap_in_threshold", "kv_cache_dtype"}  # kv_cache_dtype: opt-in
     assert space.unsupported["swap_in_threshold"].strip()
 
 
