@@ -45,3 +45,20 @@ def test_no_lmcache_at_all_is_a_failure_line(tmp_path: Path) -> None:
     if ops.loads:  # a real LMCache on this machine: nothing to assert about its absence
         return
     assert ops.line.startswith("lmcache does not import (ModuleNotFoundError")
+
+
+def test_compiled_ops_the_package_already_imported_are_found(tmp_path: Path) -> None:
+    """LMCache 0.5.3 on the H200: ``import lmcache`` loads ``lmcache.c_ops``, an extension module
+    whose ``__spec__`` is None, so ``importlib.util.find_spec("lmcache.c_ops")`` raises ValueError."""
+    env = _fake_lmcache(tmp_path, "0.5.3", "unused", "")
+    init = tmp_path / "lmcache" / "__init__.py"
+    init.write_text(
+        "import sys, types\n"
+        "__version__ = '0.5.3'\n"
+        "c_ops = types.ModuleType('lmcache.c_ops')  # as a compiled extension registers it: no spec\n"
+        "c_ops.multi_layer_kv_transfer = lambda *a: None\n"
+        "sys.modules['lmcache.c_ops'] = c_ops\n"
+    )
+    ops = lmcache_ops(sys.executable, env)
+    assert ops.loads, ops.line
+    assert ops.line.startswith("lmcache 0.5.3: lmcache.c_ops loads with torch ")
