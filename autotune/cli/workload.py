@@ -326,3 +326,44 @@ def _stats_cells(stats: LengthStats) -> list[str]:
         str(stats.max),
         str(stats.total),
     ]
+
+
+@app.command("anonymize")
+def anonymize_cmd(
+    source: Annotated[
+        Path, typer.Argument(metavar="IN", help="Workload JSONL file (any importer's output).")
+    ],
+    out: Out,
+    model: Annotated[
+        Path, typer.Option("--model", help="Local model directory: its tokenizer counts and picks the words.")
+    ],
+    salt_env: Annotated[
+        str, typer.Option("--salt-env", help="Environment variable holding the secret salt (never argv).")
+    ] = "AUTOTUNE_ANON_SALT",
+    skip_bad_lines: SkipBad = False,
+) -> None:
+    """Replace every prompt and message, keeping token counts, common prefixes, sessions and timing."""
+    import os
+
+    from autotune.errors import WorkloadError
+    from autotune.workload import anonymize_workload
+
+    salt = os.environ.get(salt_env, "")
+    if not salt:
+        raise WorkloadError(
+            f"anonymize: environment variable {salt_env} is not set or empty "
+            f"(export {salt_env} to a secret string; the same salt keeps days comparable)"
+        )
+    workload = load_workload(source, skip_bad_lines=skip_bad_lines)
+    result = anonymize_workload(workload, load_tokenizer(model), salt.encode())
+    write_jsonl(result.records, out)
+    load_workload(out)
+    typer.echo(
+        f"anonymized {result.requests} requests from {source} to {out} "
+        f"({result.prompt_tokens_in} prompt tokens in, {result.prompt_tokens_out} out)"
+    )
+    _print_skipped(workload.skipped)
+    if result.mismatched:
+        typer.echo(f"warning: {len(result.mismatched)} requests changed token count:")
+        for line in result.mismatched[:10]:
+            typer.echo(f"  {line}")

@@ -6,6 +6,7 @@ with one line each, naming the file, line and field.
 
 from __future__ import annotations
 
+from autotune.workload._anonymize import Anonymizer, AnonymizeResult, anonymize_workload, request_record
 from autotune.workload._arrivals import arrival_offsets
 from autotune.workload._importers import ImportResult, import_bench_jsonl, import_openai_log, import_sharegpt
 from autotune.workload._inspect import LengthStats, WorkloadReport, inspect_workload, prefix_reuse
@@ -21,6 +22,8 @@ from autotune.workload._tokens import (
 )
 
 __all__ = [
+    "AnonymizeResult",
+    "Anonymizer",
     "ChatMessage",
     "ImportResult",
     "LengthSpec",
@@ -32,6 +35,7 @@ __all__ = [
     "Workload",
     "WorkloadReport",
     "WorkloadRequest",
+    "anonymize_workload",
     "arrival_offsets",
     "count_tokens",
     "import_bench_jsonl",
@@ -41,6 +45,7 @@ __all__ = [
     "load_tokenizer",
     "load_workload",
     "prefix_reuse",
+    "request_record",
     "sample_workload",
     "synth_chat",
     "synth_prefix_repeat",
