@@ -8,6 +8,13 @@ from __future__ import annotations
 
 from autotune.workload._anonymize import Anonymizer, AnonymizeResult, anonymize_workload, request_record
 from autotune.workload._arrivals import arrival_offsets
+from autotune.workload._folder import (
+    TrafficStats,
+    describe_change,
+    load_traffic,
+    traffic_file_start,
+    traffic_stats,
+)
 from autotune.workload._importers import ImportResult, import_bench_jsonl, import_openai_log, import_sharegpt
 from autotune.workload._inspect import LengthStats, WorkloadReport, inspect_workload, prefix_reuse
 from autotune.workload._loader import load_workload, sample_workload, write_jsonl
@@ -31,6 +38,7 @@ __all__ = [
     "ModelTokenizer",
     "PromptTokenizer",
     "TextGenerator",
+    "TrafficStats",
     "WordTokenizer",
     "Workload",
     "WorkloadReport",
@@ -38,11 +46,13 @@ __all__ = [
     "anonymize_workload",
     "arrival_offsets",
     "count_tokens",
+    "describe_change",
     "import_bench_jsonl",
     "import_openai_log",
     "import_sharegpt",
     "inspect_workload",
     "load_tokenizer",
+    "load_traffic",
     "load_workload",
     "prefix_reuse",
     "request_record",
@@ -50,5 +60,7 @@ __all__ = [
     "synth_chat",
     "synth_prefix_repeat",
     "synth_rag",
+    "traffic_file_start",
+    "traffic_stats",
     "write_jsonl",
 ]
