@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from autotune.engine._argcheck import ArgCheck, VllmArgChecker, checker_env
 from autotune.engine._connector_log import ConnectorHits, connector_hits
+from autotune.engine._environ import engine_environ
 from autotune.engine._launch import (
     CACHE_ENV_DIRS,
     CPU_LAUNCHER,
@@ -54,6 +55,7 @@ from autotune.engine._profiles import (
     supported_knobs,
 )
 from autotune.engine._reaper import install_signal_handlers, live_count, stop_all
+from autotune.engine._rundir import clean_leftover_engines
 from autotune.engine._seam import ArgChecker, Engine
 from autotune.engine._shm import (
     DEFAULT_ENGINE_SHM_PATTERNS,
@@ -98,6 +100,7 @@ __all__ = [
     "build_profile",
     "checker_env",
     "classify_failure",
+    "clean_leftover_engines",
     "clean_new_shm",
     "clean_stale_shm",
     "connector_hits",
@@ -106,6 +109,7 @@ __all__ = [
     "default_space_path",
     "describe_exit",
     "detect_profile",
+    "engine_environ",
     "failure_evidence",
     "failure_excerpt",
     "free_port",

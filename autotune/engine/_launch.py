@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import getpass
 import os
+import re
 import shlex
 import sys
+import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from autotune.engine._environ import engine_environ
 from autotune.errors import ConfigError
 from autotune.space import FlagPairs, RenderedConfig, flag_pairs
 
@@ -101,6 +105,9 @@ class LaunchSpec:
     fixed_args: tuple[tuple[str, str | None], ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
     api_key: str | None = field(default=None, repr=False)  # reaches vLLM as VLLM_API_KEY only
+    api_key_env: str | None = None  # the variable the key came from: never passed on
+    # Inherited variables passed although their names look like secrets (see _environ.py).
+    pass_env: tuple[str, ...] = ()
     host: str = "127.0.0.1"
     startup_timeout_s: float = 600.0
     stop_timeout_s: float = 20.0
@@ -126,10 +133,20 @@ class LaunchSpec:
         root = Path(self.cache_dir).expanduser().resolve()
         return {name: str(root / sub) for name, sub in CACHE_ENV_DIRS if name not in self.env}
 
-    def process_env(self, rendered: RenderedConfig) -> dict[str, str]:
-        """The engine's environment; creates the cache folders of :meth:`cache_env`."""
-        env = dict(os.environ)
-        env.pop("VLLM_API_KEY", None)
+    def process_env(self, rendered: RenderedConfig, run_dir: Path | None = None) -> dict[str, str]:
+        """The engine's environment; creates the cache folders of :meth:`cache_env`.
+
+        autotune's environment less its secrets (:func:`~autotune.engine._environ.engine_environ`),
+        then what autotune sets, :attr:`env`, the caches, the trial's ``rendered.env`` and the key.
+        ``run_dir``: the engine's own runtime folder, its ``TMPDIR`` and ``VLLM_RPC_BASE_PATH``
+        (vLLM's ZMQ IPC sockets, ``vllm/utils/network_utils.py::get_open_zmq_ipc_path``; its
+        file-store rendezvous and multiprocessing's folders follow ``TMPDIR``), removed when the
+        engine stops. Inductor's default cache folder also follows ``TMPDIR``, so it is pinned to
+        where it would have been, and a restart still finds what an earlier one compiled.
+        """
+        env = engine_environ(
+            os.environ, api_key=self.api_key, api_key_env=self.api_key_env, pass_env=self.pass_env
+        )
         # PYTHONSAFEPATH: the working directory is never on vLLM's module path (a ``secrets.py``
         # where autotune runs must not be imported by vLLM or its spawned engine processes).
         env.update(
@@ -139,6 +156,9 @@ class LaunchSpec:
                 "PYTHONSAFEPATH": "1",
             }
         )
+        if run_dir is not None:
+            env.setdefault("TORCHINDUCTOR_CACHE_DIR", _default_inductor_dir())
+            env.update({"TMPDIR": str(run_dir), "VLLM_RPC_BASE_PATH": str(run_dir)})
         env.update(self.env)
         for name, path in self.cache_env().items():  # over an inherited value: this spec chose them
             Path(path).mkdir(parents=True, exist_ok=True)
@@ -147,6 +167,16 @@ class LaunchSpec:
         if self.api_key:
             env["VLLM_API_KEY"] = self.api_key
         return env
+
+
+def _default_inductor_dir() -> str:
+    """Where torch's Inductor caches when TORCHINDUCTOR_CACHE_DIR is unset
+    (``torch/_inductor/runtime/cache_dir_utils.py::default_cache_dir``)."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = f"uid_{os.getuid()}"
+    return str(Path(tempfile.gettempdir()) / ("torchinductor_" + re.sub(r'[\\/:*?"<>|]', "_", user)))
 
 
 def _flag_stem(flag: str) -> str:

@@ -5,8 +5,12 @@ outlives autotune; the guardian's exit status is vLLM's (an exit code, or ``-S``
 killed it), which the failure messages spell out. Neither runs code from the working directory:
 the guardian and every Python below it run with ``PYTHONSAFEPATH=1`` (see :func:`safe_python_env`;
 Python >= 3.11 honours it, and a script such as the guardian never had the working directory on
-its path anyway, only its own folder). After the group is gone, the shared-memory files its processes
-left in ``/dev/shm`` and nobody maps any more are removed (see ``_shm.clean_new_shm``).
+its path anyway, only its own folder).
+
+Each engine runs in its own runtime folder (``TMPDIR`` and ``VLLM_RPC_BASE_PATH``: its IPC sockets),
+removed after it stops (see ``_rundir.py``). The shared-memory files its processes mapped or held
+(recorded by its guardian while it runs, and by ``stop()`` before it signals) and left behind are
+removed once nobody maps them; no other file in ``/dev/shm`` is touched.
 """
 
 from __future__ import annotations
@@ -37,7 +41,15 @@ from autotune.engine._logscan import (
     parse_kv_capacity,
 )
 from autotune.engine._oomkill import oom_kill_count
-from autotune.engine._shm import DEFAULT_ENGINE_SHM_PATTERNS, SHM_DIR, CleanReport, ShmSnapshot, clean_new_shm
+from autotune.engine._rundir import EngineRunDir, attributed_files, read_ledger
+from autotune.engine._shm import (
+    DEFAULT_ENGINE_SHM_PATTERNS,
+    SHM_DIR,
+    CleanReport,
+    ShmSnapshot,
+    remove_unheld,
+    shm_files_of,
+)
 from autotune.errors import EngineCrashed, EngineError, EngineStartError
 from autotune.space import RenderedConfig
 
@@ -131,6 +143,7 @@ class EngineProcess:
         self.shm_dir = Path(shm_dir)
         self.shm_report: CleanReport | None = None  # what stop() removed from shm_dir
         self._shm_before: ShmSnapshot | None = None
+        self.run_dir: EngineRunDir | None = None  # its TMPDIR and IPC sockets, while it runs
         self._proc: subprocess.Popen[bytes] | None = None
         self._oom_kills_at_start: int | None = None
         self._pgid: int | None = None
@@ -155,19 +168,33 @@ class EngineProcess:
             logf.write(("$ " + " ".join(self.argv) + "\n").encode())
             logf.flush()
             self._shm_before = ShmSnapshot.take(self.shm_dir)
-            self._proc = subprocess.Popen(
-                [sys.executable, str(_GUARDIAN), "--", *self.argv],  # safe path: by the environment
-                stdout=logf,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.PIPE,  # held open by us only: its end-of-file tells the guardian we died
-                env=safe_python_env(self.spec.process_env(self.rendered)),
-                start_new_session=True,
-            )
+            self.run_dir = run_dir = EngineRunDir.create()
+            try:
+                self._proc = subprocess.Popen(
+                    [sys.executable, str(_GUARDIAN), *self._guardian_options(), "--", *self.argv],
+                    stdout=logf,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.PIPE,  # held open by us only: its end-of-file tells the guardian we died
+                    env=safe_python_env(self.spec.process_env(self.rendered, run_dir.path)),
+                    start_new_session=True,
+                    pass_fds=(run_dir.lock_fd,),  # the guardian holds the folder's lock with us
+                )
+            except BaseException:
+                run_dir.remove()
+                self.run_dir = None
+                raise
         self._pgid = self._proc.pid
         self.started_at = time.monotonic()
         self._oom_kills_at_start = oom_kill_count()
         _reaper.register(self)
         log.debug("started engine pid %s on port %s: %s", self._proc.pid, self.port, " ".join(self.argv))
+
+    def _guardian_options(self) -> list[str]:
+        assert self.run_dir is not None
+        options = ["--run-dir", str(self.run_dir.path), "--shm-dir", str(self.shm_dir)]
+        for pattern in self.shm_patterns:
+            options += ["--shm-pattern", pattern]
+        return options
 
     def wait_healthy(self, *, poll_s: float = 0.5) -> None:
         """Block until ``GET /health`` answers 200; raise :class:`EngineStartError` if it never does."""
@@ -245,6 +272,7 @@ class EngineProcess:
         if self._proc is None or self._pgid is None:
             return
         members = self._group_members()
+        self._record_shm([p.pid for p in members])
         starting = self.ready_at is None
         grace = self.startup_stop_grace_s if starting else self.spec.stop_timeout_s
         if self._proc.poll() is None:
@@ -278,13 +306,32 @@ class EngineProcess:
         _reaper.unregister(self)
         self._pgid = None
 
+    def _record_shm(self, pids: list[int]) -> None:
+        """Add to the ledger what the engine's processes map or hold now (the guardian's last
+        look may be a second old)."""
+        if self.run_dir is None or self._shm_before is None:
+            return
+        new = {p.name: p for p in self._shm_before.new_entries(self.shm_patterns)}
+        with contextlib.suppress(OSError):
+            held = shm_files_of(pids, self.shm_dir)
+            self.run_dir.record(sorted(e for e in held if Path(e[1]).name in new))
+
     def _clean_shm(self) -> None:
-        if self._shm_before is None:
+        """Remove the ledger's files that appeared since the start, match the engine's patterns,
+        are still the same files and that nobody maps; then the runtime folder."""
+        if self._shm_before is None or self.run_dir is None:
             return
         try:
-            self.shm_report = clean_new_shm(self._shm_before, self.shm_patterns)
+            new = {p.name for p in self._shm_before.new_entries(self.shm_patterns)}
+            shm = os.path.realpath(self.shm_dir)
+            ledger = attributed_files(read_ledger(self.run_dir.ledger))
+            own = [p for p in ledger if p.name in new and os.path.realpath(p.parent) == shm]
+            self.shm_report = remove_unheld(own)
         except OSError as exc:  # never let hygiene hide the trial's own outcome
             log.warning("could not clean %s after vLLM stopped: %s", self.shm_dir, exc)
+        finally:
+            self.run_dir.remove()
+            self.run_dir = None
 
     def _group_members(self) -> list[psutil.Process]:
         assert self._proc is not None

@@ -39,6 +39,8 @@ __all__ = [
     "clean_new_shm",
     "clean_stale_shm",
     "open_files",
+    "remove_unheld",
+    "shm_files_of",
 ]
 
 log = logging.getLogger(__name__)
@@ -59,6 +61,16 @@ class CleanReport:
     kept_in_use: tuple[Path, ...] = ()
     skipped: tuple[tuple[Path, str], ...] = ()
     freed_bytes: int = 0
+
+    @classmethod
+    def merge(cls, reports: Iterable[CleanReport]) -> CleanReport:
+        reports = list(reports)
+        return cls(
+            tuple(p for r in reports for p in r.removed),
+            tuple(p for r in reports for p in r.kept_in_use),
+            tuple(s for r in reports for s in r.skipped),
+            sum(r.freed_bytes for r in reports),
+        )
 
     def summary(self) -> str:
         return (
@@ -175,7 +187,7 @@ def clean_new_shm(
     segment of a concurrent engine is mapped by it and stays; what this cannot tell apart is a
     file another program of the same user created meanwhile and keeps by name only, unmapped.
     """
-    return _remove_unheld(before.new_entries(patterns), before.shm_dir, proc_root, dry_run)
+    return remove_unheld(before.new_entries(patterns), proc_root=proc_root, dry_run=dry_run)
 
 
 def clean_stale_shm(
@@ -193,10 +205,33 @@ def clean_stale_shm(
     """
     patterns = [pattern] if isinstance(pattern, str) else list(pattern)
     candidates = sorted({p for pat in patterns for p in Path(shm_dir).glob(pat)})
-    return _remove_unheld(candidates, Path(shm_dir), proc_root, dry_run)
+    return remove_unheld(candidates, proc_root=proc_root, dry_run=dry_run)
 
 
-def _remove_unheld(candidates: list[Path], shm_dir: Path, proc_root: Path, dry_run: bool) -> CleanReport:
+def shm_files_of(
+    pids: Iterable[int], shm_dir: Path = SHM_DIR, proc_root: Path = _PROC
+) -> set[tuple[int, str]]:
+    """``(inode, path)`` of the files in ``shm_dir`` that the processes ``pids`` map or hold open."""
+    prefix = os.path.realpath(shm_dir) + "/"
+    found: set[tuple[int, str]] = set()
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            text = (proc_root / str(pid) / "maps").read_text(errors="replace")
+            found.update((inode[1], path) for inode, path in _maps_entries(text) if path.startswith(prefix))
+        with contextlib.suppress(OSError):
+            for fd in (proc_root / str(pid) / "fd").iterdir():
+                with contextlib.suppress(OSError):
+                    target = os.readlink(fd)
+                    if target.startswith(prefix) and not target.endswith(" (deleted)"):
+                        found.add((os.stat(fd).st_ino, target))
+    return found
+
+
+def remove_unheld(
+    candidates: Iterable[Path], *, proc_root: Path = _PROC, dry_run: bool = False
+) -> CleanReport:
+    """Remove the regular files ``candidates`` that no live process maps or holds open."""
+    candidates = sorted(set(candidates))
     if not candidates:
         return CleanReport()
     held = open_files(proc_root)
@@ -227,7 +262,7 @@ def _remove_unheld(candidates: list[Path], shm_dir: Path, proc_root: Path, dry_r
         freed += st.st_blocks * 512
     report = CleanReport(tuple(removed), tuple(kept), tuple(skipped), freed)
     if removed or skipped:
-        log.info("%s%s in %s", "would have " if dry_run else "", report.summary(), shm_dir)
+        log.info("%s%s", "would have " if dry_run else "", report.summary())
     for path, why in skipped:
         log.warning("left %s in place: %s", path, why)
     return report

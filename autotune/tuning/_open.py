@@ -1,5 +1,6 @@
 """Open (or create) the study a setup measures into: storage, its folder and log, the profile and
-value formats it records, stale shared-memory files, and the baseline (or its reference)."""
+value formats it records, stale shared-memory files, the trials a killed run left running, and the
+baseline (or its reference)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,12 @@ from pathlib import Path
 
 import optuna
 
-from autotune.engine import DEFAULT_ENGINE_SHM_PATTERNS, CleanReport, clean_stale_shm
+from autotune.engine import CleanReport, clean_leftover_engines
 from autotune.study import (
     PendingJournal,
     baseline_trial,
     ensure_baseline,
+    fail_orphaned_trials,
     load_or_create,
     resolve_storage_url,
 )
@@ -59,10 +61,13 @@ def open_study(
     previous = study.user_attrs.get("engine_profile")
     study.set_user_attr("engine_profile", setup.profile.name)
     study.set_user_attr(FORMATS_ATTR, {n: p.format for n, p in setup.space.parameters.items() if p.format})
-    # The profile's pool files, and what an engine of a killed run left (torch's psm_*, vLLM's
-    # segments): a SIGKILLed tool cannot clean after its engine; no file a live process maps goes.
-    cleaned = clean_stale_shm((*DEFAULT_ENGINE_SHM_PATTERNS, *setup.profile.shm_patterns))
+    # What engines of a run killed together with its engine left (their runtime folders, the
+    # /dev/shm files those engines made): only ours, never another program's unmapped file.
+    cleaned = clean_leftover_engines()
     recovered = PendingJournal(sdir).replay(study)
+    # A trial left RUNNING by a killed run fails now, not after the heartbeat's grace; a baseline
+    # among them is enqueued once more (never a retry of it beside a waiting one).
+    fail_orphaned_trials(study)
     finished = [t for t in study.get_trials(deepcopy=False) if t.state.is_finished()]
     ensure_baseline(study, dict(plan.reference) if plan.reference is not None else None)
     return OpenedStudy(

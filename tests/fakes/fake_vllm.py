@@ -247,14 +247,19 @@ class _Server(ThreadingHTTPServer):
     request_queue_size = 4096  # listen backlog (5 by default: a burst of connections would be refused)
 
 
+_HELD: list[object] = []  # files kept open for the process's life
+
+
 def main() -> None:
     args = _parse()
     print(f"INFO fake vLLM starting: model={args.model or args.model_tag} pid={os.getpid()}", flush=True)
     if os.environ.get("FAKE_IGNORE_SIGTERM"):
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    if os.environ.get("FAKE_SHM_PREFIX"):  # like torch's psm_* segments: left behind when killed
-        with open(f"/dev/shm/{os.environ['FAKE_SHM_PREFIX']}{os.getpid()}", "wb") as fh:
-            fh.write(b"\0" * 65536)
+    if os.environ.get("FAKE_SHM_PREFIX"):  # like torch's psm_* segments: held while it runs, left when killed
+        segment = open(f"/dev/shm/{os.environ['FAKE_SHM_PREFIX']}{os.getpid()}", "wb")  # noqa: SIM115
+        segment.write(b"\0" * 65536)
+        segment.flush()
+        _HELD.append(segment)
     if os.environ.get("FAKE_SPAWN_CHILD"):
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
         print(f"INFO spawned child pid={child.pid}", flush=True)
