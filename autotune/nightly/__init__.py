@@ -6,6 +6,7 @@ from __future__ import annotations
 from autotune.nightly._fingerprint import describe_changes, fingerprints
 from autotune.nightly._history import NIGHT_ATTR, NightRecord, last_night, nights, save_night
 from autotune.nightly._night import NightOptions, run_night
+from autotune.nightly._reports import history_lines, write_night_reports
 
 __all__ = [
     "NIGHT_ATTR",
@@ -13,8 +14,10 @@ __all__ = [
     "NightRecord",
     "describe_changes",
     "fingerprints",
+    "history_lines",
     "last_night",
     "nights",
     "run_night",
     "save_night",
+    "write_night_reports",
 ]

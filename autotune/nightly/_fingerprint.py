@@ -14,7 +14,7 @@ from autotune.memory import read_machine_facts
 from autotune.tuning import TuningSetup
 from autotune.workload import inspect_workload
 
-__all__ = ["describe_changes", "fingerprints"]
+__all__ = ["describe_changes", "fingerprints", "workload_changes"]
 
 
 def _sha(data: bytes) -> str:
@@ -39,7 +39,7 @@ def environment_fingerprint(setup: TuningSetup) -> dict[str, Any]:
         "gpu_memory_gib": [round(g.total / 2**30, 1) for g in facts.gpus],
         "host_memory_gib": round(facts.host_total / 2**30, 1),
         "model": setup.choices.model,
-        "model_config": _model_hash(setup.choices.model),
+        "model_config": _model_hash(setup.choices.model) if setup.choices.model else None,
         "tool": __version__,
         "space": _sha(space_text),
         "fixed_flags": " ".join(setup.fixed_argv),
@@ -86,3 +86,29 @@ def describe_changes(
             if key in before and not _close(before[key], value):
                 out.append(f"{group}.{key}: {json.dumps(before[key])} -> {json.dumps(value)}")
     return out
+
+
+_WORDS = (
+    ("requests", "requests", "{:,.0f}"),
+    ("prompt_p50", "prompt tokens (p50)", "{:,.0f}"),
+    ("prompt_p90", "prompt tokens (p90)", "{:,.0f}"),
+    ("prefix_reuse", "prefix reuse", "{:.0%}"),
+    ("working_set_tokens", "working set (tokens)", "{:,.0f}"),
+)
+
+
+def workload_changes(
+    previous: Mapping[str, Mapping[str, Any]] | None, current: Mapping[str, Mapping[str, Any]]
+) -> list[str]:
+    """What a new day's traffic changed, in words: ``working set (tokens) 5,760 -> 17,280 (x3.0)``;
+    empty when the workload's fingerprint is the same (its file, sizes and reuse)."""
+    before, now = (previous or {}).get("workload") or {}, current.get("workload") or {}
+    if not before or before.get("file_sha") == now.get("file_sha"):
+        return []
+    out = []
+    for key, label, fmt in _WORDS:
+        a, b = before.get(key), now.get(key)
+        if isinstance(a, int | float) and isinstance(b, int | float) and a != b:
+            ratio = f" (x{b / a:.1f})" if a and key != "prefix_reuse" else ""
+            out.append(f"{label} {fmt.format(a)} -> {fmt.format(b)}{ratio}")
+    return out or ["the workload file changed; its sizes and reuse did not"]

@@ -27,7 +27,7 @@ class NightRecord:
     incumbent_env: dict[str, str]
     incumbent_params: dict[str, Any] | None
     incumbent_figure: dict[str, Any] | None
-    noise_band: float
+    noise_band: float | None  # None: nothing measured it (one run of one pass, no earlier night)
     regression: bool
     regression_reason: str
     decision: str  # promoted | kept | nothing_feasible
@@ -39,6 +39,12 @@ class NightRecord:
     budget_s: float = 0.0
     export: str | None = None
     report: str | None = None
+    band_source: str = ""
+    plan: dict[str, Any] = field(default_factory=dict)  # NightPlan.as_dict()
+    runs: list[dict[str, Any]] = field(default_factory=list)  # re-measurement and promotion runs
+    candidates: list[dict[str, Any]] = field(default_factory=list)  # Candidate.as_dict(), tonight's trials
+    run_costs: list[float] = field(default_factory=list)  # seconds per engine run tonight
+    workload_changes: list[str] = field(default_factory=list)  # in words: requests, tokens, reuse
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -54,9 +60,9 @@ class NightRecord:
         base = self.baseline_figure
         parts = [
             f"Night {self.number} ({self.date}), {self.metric}:",
-            f"{self.incumbent_label} {_fig(inc)}, baseline {_fig(base)}, noise band {self.noise_band:.1%}.",
+            f"{self.incumbent_label} {_fig(inc)}, baseline {_fig(base)}, {self.band_text()}.",
             ("REGRESSION: " if self.regression else "No regression: ") + self.regression_reason + ".",
-            f"{self.trials} new trial(s) in {self.duration_s / 60:.1f} of {self.budget_s / 60:.1f} min.",
+            f"{self.trials_text()} in {self.duration_s / 60:.1f} of {self.budget_s / 60:.1f} min.",
         ]
         if self.decision == "promoted":
             parts.append(f"Promoted trial #{self.promoted_trial} ({self.reason}); wrote {self.export}.")
@@ -64,9 +70,22 @@ class NightRecord:
             parts.append(f"Kept the incumbent: {self.reason}.")
         else:
             parts.append(f"Nothing feasible: {self.reason}.")
+        if self.workload_changes:
+            parts.append("The workload changed: " + "; ".join(self.workload_changes) + ".")
         if self.changes:
             parts.append("Changed since the last night: " + "; ".join(self.changes) + ".")
         return " ".join(parts)
+
+    def band_text(self) -> str:
+        if self.noise_band is None:
+            return f"noise band unknown ({self.band_source or 'not measured'})"
+        return f"noise band {self.noise_band:.1%}" + (f" ({self.band_source})" if self.band_source else "")
+
+    def trials_text(self) -> str:
+        """The trials the study holds for this night, with the engine runs they cost."""
+        reused = sum(1 for c in self.candidates if c.get("reused") is not None)
+        extra = f", {reused} reusing an earlier measurement" if reused else ""
+        return f"{self.trials} trial(s) tonight{extra}"
 
 
 def _fig(f: dict[str, Any] | None) -> str:

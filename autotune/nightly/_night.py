@@ -1,48 +1,38 @@
 """One night: re-measure what is deployed, search from what was good, promote only a proven gain.
 
-1. Fingerprints of the environment and the workload, compared with the last night's.
+0. A plan from measured costs (earlier nights' runs, else the study's trials), printed first:
+   the re-measurement's rounds and arms, the search's share and the promotion check; fewer rounds
+   when the budget is short, so that the search still runs.
+1. Fingerprints of the environment and the workload, compared with the last night's; a new day's
+   traffic is named in words (requests, prompt tokens, reuse, working set).
 2. The incumbent (``--incumbent``, else the last promoted config, else the baseline) and the
-   baseline (vLLM's defaults, or the study's runnable reference), alternately, ``rounds`` times:
-   tonight's noise band, and the regression verdict (the incumbent is slower than its last
-   figure by more than that band, or no longer runs).
-3. A warm-started search: the incumbent and the previous nights' top configurations first
-   (measured again when a fingerprint changed), then new trials, until the budget leaves just
-   enough time for step 4.
+   baseline (vLLM's defaults, or the study's runnable reference), alternately: tonight's noise band
+   and the regression verdict. One arm when the incumbent's command is the baseline's.
+3. A warm-started search: the incumbent, the previous nights' top configurations and the prior's
+   picks for tonight's workload first, then new trials, while the budget holds the promotion check.
 4. The best candidate of tonight against the incumbent, alternately; promoted only when it wins
-   by more than the noise (disjoint ranges and a minimum gain) with every constraint held. The
-   export is written atomically; the previous one is kept in ``history/``.
+   by more than the noise with every constraint held. The reason names what happened.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
-import math
 import shutil
-import statistics
-import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import optuna
 
 from autotune.export import export_best
-from autotune.nightly._fingerprint import describe_changes, fingerprints
-from autotune.nightly._history import NIGHT_ATTR, NightRecord, last_night, save_night
+from autotune.nightly._decide import Candidate, candidates_of, no_candidate_reason, worse_reason
+from autotune.nightly._history import NIGHT_ATTR, NightRecord, save_night
+from autotune.nightly._tonight import NightOptions, _Night, begin_night, remeasure
+from autotune.nightly._verdict import figure_of, regression
 from autotune.space import RenderedConfig
-from autotune.study import (
-    REFERENCE_ATTR,
-    PendingJournal,
-    TrialRecord,
-    TrialReport,
-    constraints_hold,
-    read_record,
-    render_reference,
-    run_study,
-)
-from autotune.trial import Comparison, VllmEvaluator, compare_configs, config_to_args, significant_gain
+from autotune.study import PendingJournal, TrialReport, run_study
+from autotune.trial import compare_configs, significant_gain
 from autotune.tuning import TuningSetup
 
 __all__ = ["NightOptions", "run_night"]
@@ -50,114 +40,118 @@ __all__ = ["NightOptions", "run_night"]
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class NightOptions:
-    budget_s: float
-    out: Path
-    rounds: int = 2
-    min_improvement: float = 0.03
-    incumbent: Path | None = None  # the deployed config (YAML); default: the last promoted one
-    top_k: int = 3  # previous nights' best configurations re-tried first
-    max_trials: int | None = None  # cap on new trials (tests); None: the budget decides
-
-
-@dataclass
-class _Clock:
-    budget_s: float
-    t0: float = field(default_factory=time.monotonic)
-    run_costs: list[float] = field(default_factory=list)  # seconds per engine run tonight
-
-    def elapsed(self) -> float:
-        return time.monotonic() - self.t0
-
-    def per_run(self) -> float:
-        return statistics.median(self.run_costs) if self.run_costs else 60.0
-
-    def note(self, rec: TrialRecord) -> None:
-        cost = sum(rec.timings_s.values())
-        if cost > 0:
-            self.run_costs.append(cost)
-
-
-def _arm_config(args: Sequence[str], env: Mapping[str, str] | None = None) -> RenderedConfig:
-    return RenderedConfig(args=tuple(args), env=dict(env or {}))
-
-
-def _band(result: Comparison, metric: str) -> float:
-    """Tonight's noise: the pooled relative standard deviation of each arm's runs (0 with one run each)."""
-    return _pooled_sd([list(arm.figures.get(metric) or []) for arm in (result.a, result.b)])
-
-
-def _pooled_sd(groups: Sequence[Sequence[float]]) -> float:
-    ss, df = 0.0, 0
-    for vals in groups:
-        if len(vals) >= 2:
-            mean = statistics.mean(vals)
-            if mean:
-                ss += sum(((v - mean) / mean) ** 2 for v in vals)
-                df += len(vals) - 1
-    return math.sqrt(ss / df) if df else 0.0
-
-
-def _summary(arm_name: str, result: Comparison, metric: str) -> dict[str, Any] | None:
-    arm = result.a if result.a.name == arm_name else result.b
-    vals = list(arm.figures.get(metric) or [])
-    if not vals or not arm.measured:
-        return None
-    return {"median": statistics.median(vals), "low": min(vals), "high": max(vals), "runs": vals}
-
-
-def _incumbent(
-    setup: TuningSetup, study: optuna.Study, options: NightOptions, previous: NightRecord | None
-) -> tuple[str, RenderedConfig, dict[str, Any] | None]:
-    """(label, configuration, params when it came from this study)."""
-    if options.incumbent is not None:
-        _, args = config_to_args(options.incumbent)
-        return f"incumbent {options.incumbent.name}", _arm_config(args), None
-    if previous is not None and previous.incumbent_args is not None:
+def _search(n: _Night) -> str:
+    """The warm-started search while the budget holds the promotion check; '' when it started,
+    else why it did not."""
+    if n.options.max_trials == 0:
+        return "--max-trials 0 turned the search off"
+    reserve = n.plan.promotion_runs
+    if not n.clock.can_start(1, reserve):
         return (
-            "incumbent (last promoted)" if previous.incumbent_params else "incumbent (baseline)",
-            _arm_config(previous.incumbent_args, previous.incumbent_env),
-            (previous.incumbent_params),
+            f"the re-measurement took {n.clock.elapsed() / 60:.1f} of {n.options.budget_s / 60:.1f} min, "
+            f"leaving no room for one run ({n.clock.per_run() / 60:.1f} min) and the promotion check"
         )
-    return "incumbent (baseline)", _baseline_config(setup, study), {}
+    warm = list(n.previous.top_params if n.previous else [])
+    if n.inc_params:
+        warm.insert(0, n.inc_params)
+    for params in [p for i, p in enumerate(warm) if p and p not in warm[:i]]:
+        n.study.enqueue_trial(params, skip_if_exists=False)
+    prior = n.setup.apply_prior()
+    for line in prior.lines if prior is not None else ():
+        log.info(line)
+    if prior is not None:
+        added = prior.enqueue(n.study)
+        if n.drift:
+            n.say(
+                f"searching from the incumbent and from the prior's {len(added)} pick(s) for the new workload"
+            )
+    repeats = {"n": 0}  # a small space runs out: configurations the sampler proposes again
 
+    def on_trial(rep: TrialReport) -> None:
+        if rep.record.duplicate_of is None:
+            n.clock.note(rep.record)
+            repeats["n"] = 0
+        else:
+            repeats["n"] += 1
+        n.say(f"  trial #{rep.number}: {rep.record.status.value} {n.metric}={rep.value}")
 
-def _baseline_config(setup: TuningSetup, study: optuna.Study) -> RenderedConfig:
-    return render_reference(setup.space, study.user_attrs.get(REFERENCE_ATTR))
+    def should_stop() -> bool:
+        if repeats["n"] >= 5:
+            log.info("night %d: the sampler proposed measured configurations 5 times in a row", n.number)
+            return True
+        return not n.clock.can_start(1, reserve)
 
-
-Z_REGRESSION = 2.5  # standard errors of the difference of two medians before a move counts
-
-
-def _regression(
-    metric_max: bool, tonight: dict[str, Any] | None, last: dict[str, Any] | None, band: float, floor: float
-) -> tuple[bool, str]:
-    """Is tonight's incumbent worse than its last figure beyond the noise?
-
-    The noise is the runs' relative standard deviation, pooled over tonight's arms and last night's
-    runs of the incumbent; the threshold is 2.5 standard errors of the difference of the two
-    figures (each a median of its runs), and never below ``floor``. Measured with a 5% run-to-run
-    CV and 2 runs a night: 0 false alarms in 10 quiet nights (benchmarks/nightly_alarms.py).
-    """
-    if tonight is None:
-        return True, "the incumbent produced no figures tonight (it no longer runs here)"
-    if last is None:
-        return False, "no earlier figure of this incumbent to compare with"
-    runs_now, runs_last = (
-        list(tonight.get("runs") or [tonight["median"]]),
-        list(last.get("runs") or [last["median"]]),
+    run_study(
+        study=n.study,
+        space=n.setup.space,
+        evaluator=n.setup.evaluator(n.sdir / f"night-{n.number:04d}"),
+        objective=n.setup.objective,
+        n_trials=n.options.max_trials,
+        timeout_s=max(n.clock.left() - reserve * n.clock.per_run(), 1.0),
+        on_trial_done=on_trial,
+        reuse_duplicates=not n.changes,
+        trial_attrs={NIGHT_ATTR: n.number},
+        journal=PendingJournal(n.sdir),
+        should_stop=should_stop,
+        **n.setup.study_hooks(),
     )
-    sd = max(band, _pooled_sd([runs_now, runs_last]))
-    threshold = max(floor, Z_REGRESSION * sd * math.sqrt(1 / len(runs_now) + 1 / len(runs_last)))
-    sign = -1.0 if metric_max else 1.0
-    change = sign * (tonight["median"] - last["median"]) / abs(last["median"])
-    worse = change > threshold
-    moved = f"{change:.1%} worse" if change > 0 else f"{-change:.1%} better"
-    return worse, (
-        f"median {last['median']:.4g} -> {tonight['median']:.4g} ({moved} than its last figure), "
-        f"threshold {threshold:.1%} (2.5 standard errors of tonight's noise, at least the minimum)"
+    return ""
+
+
+@dataclass(frozen=True)
+class _Decision:
+    decision: str
+    reason: str
+    promoted: int | None = None
+
+
+def _decide(n: _Night, cands: list[Candidate], why_none: str) -> _Decision:
+    """Promote only a confirmed gain; otherwise say what happened."""
+    feasible = [c for c in cands if c.feasible]
+    if n.inc_figure is None and n.base_figure is None and not feasible:
+        return _Decision("nothing_feasible", "neither the incumbent, the baseline nor any trial ran feasibly")
+    challengers = [c for c in feasible if list(c.args) != list(n.inc_config.args) and not c.baseline]
+    if not challengers:
+        return _Decision("kept", no_candidate_reason(cands, n.inc_config.args, why_none))
+    sign = -1.0 if n.maximize else 1.0
+    challengers.sort(key=lambda c: sign * (c.value or 0.0))
+    best = challengers[0]
+    others = len([c for c in cands if not c.feasible])
+    tail = f"; {others} more did not finish feasibly (pruned, infeasible or failed)" if others else ""
+    inc = n.inc_figure["median"] if n.inc_figure else None
+    if inc is not None and best.value is not None and sign * best.value >= sign * inc:
+        return _Decision("kept", worse_reason(best, len(challengers), n.metric, inc) + tail)
+    if not n.clock.can_start(n.plan.promotion_runs):
+        return _Decision(
+            "kept",
+            f"not confirmed: trial #{best.number} looked better ({n.metric} {best.value:.4g}) but the "
+            f"promotion check ({n.plan.promotion_runs} runs) no longer fit in the budget",
+        )
+    return _confirm(n, best)
+
+
+def _confirm(n: _Night, best: Candidate) -> _Decision:
+    config = RenderedConfig(args=best.args, env=best.env)
+    rounds = n.plan.rounds
+    n.say(f"night {n.number}: trial #{best.number} against {n.inc_label}, {rounds} round(s) each")
+    ab = compare_configs(
+        n.setup.evaluator(n.sdir / f"night-{n.number:04d}" / "promotion"),
+        [(n.inc_label, n.inc_config), (f"trial {best.number}", config)],
+        rounds=rounds,
+        on_run=lambda name, r, rec: n.on_run("promotion", name, r, rec),
+        extra_figures=(n.metric,),
     )
+    floor = max(n.options.min_improvement, n.band.value or 0.0)
+    ok, why = significant_gain(ab, n.metric, maximize=n.maximize, min_improvement=floor)
+    if ok and any(not r.ok or (r.figures and r.figures.failed) for r in ab.b.runs):
+        ok, why = False, why + "; but a re-measured run failed requests"
+    if not ok:
+        return _Decision("kept", f"not confirmed: trial #{best.number} {why}")
+    _promote(n.study, n.study.trials[best.number], n.options.out, n.number)
+    n.inc_config, n.inc_params = config, dict(best.params)
+    n.inc_figure = figure_of(list(ab.b.runs), n.metric)
+    n.inc_label = f"promoted trial #{best.number}"
+    return _Decision("promoted", why, best.number)
 
 
 def run_night(
@@ -168,164 +162,51 @@ def run_night(
     *,
     say: Callable[[str], None] = lambda line: None,
 ) -> NightRecord:
-    clock = _Clock(options.budget_s)
-    objective = setup.objective
-    metric, maximize = objective.metric, objective.direction == "maximize"
-    previous = last_night(study)
-    number = (previous.number + 1) if previous else 1
-    fp = fingerprints(setup)
-    changes = describe_changes(previous.fingerprints if previous else None, fp)
-    for line in changes:
-        say(f"changed since night {previous.number if previous else '-'}: {line}")
-    ndir = sdir / f"night-{number:04d}"
-    evaluator: VllmEvaluator = setup.evaluator(ndir)
-
-    # 2. the incumbent and the baseline, alternately
-    inc_label, inc_config, inc_params = _incumbent(setup, study, options, previous)
-    base_config = _baseline_config(setup, study)
-    say(f"night {number}: re-measuring {inc_label} and the baseline, {options.rounds} round(s) each")
-
-    def on_run(name: str, r: int, rec: TrialRecord) -> None:
-        clock.note(rec)
-        say(f"  {name} round {r + 1}: {rec.status.value} {metric}={rec.metric(metric)}")
-
-    remeasure = compare_configs(
-        evaluator,
-        [("baseline", base_config), (inc_label, inc_config)],
-        rounds=options.rounds,
-        on_run=on_run,
-        extra_figures=(metric,),
-    )
-    band = _band(remeasure, metric)
-    inc_tonight = _summary(inc_label, remeasure, metric)
-    base_tonight = _summary("baseline", remeasure, metric)
-    same_incumbent = previous is not None and previous.incumbent_args == list(inc_config.args)
-    last_fig = previous.incumbent_figure if previous and same_incumbent else None
-    regression, why_regression = _regression(maximize, inc_tonight, last_fig, band, options.min_improvement)
-    if previous is None:
-        regression, why_regression = (inc_tonight is None), "first night: nothing to compare with"
-
-    # 3. the warm-started search
-    warm = list(previous.top_params if previous else [])
-    if inc_params:
-        warm.insert(0, inc_params)
-    for params in [p for i, p in enumerate(warm) if p and p not in warm[:i]]:
-        study.enqueue_trial(params, skip_if_exists=False)
-    reserve = 2 * options.rounds * clock.per_run()
-
-    def should_stop() -> bool:
-        if repeats["n"] >= 5:
-            log.info(
-                "night %d: the sampler proposed measured configurations 5 times in a row: search ends", number
-            )
-            return True
-        return clock.elapsed() + clock.per_run() + 2 * options.rounds * clock.per_run() > options.budget_s
-
-    repeats = {"n": 0}  # a small space runs out: configurations the sampler proposes again
-
-    def on_trial(rep: TrialReport) -> None:
-        if rep.record.duplicate_of is None:
-            clock.note(rep.record)
-            repeats["n"] = 0
-        else:
-            repeats["n"] += 1
-        say(f"  trial #{rep.number}: {rep.record.status.value} {metric}={rep.value}")
-
-    searched = 0
-    if clock.elapsed() + clock.per_run() + reserve <= options.budget_s:
-        before = len(study.trials)
-        prior = setup.apply_prior()
-        for line in prior.lines if prior is not None else ():
-            log.info(line)
-        if prior is not None:
-            prior.enqueue(study)
-        run_study(
-            study=study,
-            space=setup.space,
-            evaluator=evaluator,
-            objective=objective,
-            n_trials=options.max_trials,
-            timeout_s=max(options.budget_s - reserve - clock.elapsed(), 1.0),
-            on_trial_done=on_trial,
-            reuse_duplicates=not changes,
-            trial_attrs={NIGHT_ATTR: number},
-            journal=PendingJournal(sdir),
-            should_stop=should_stop,
-            **setup.study_hooks(),
-        )
-        searched = len(study.trials) - before
-    tonight = [
-        t
-        for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-        if t.user_attrs.get(NIGHT_ATTR) == number
-    ]
-    feasible = [
-        t for t in tonight if read_record(t).ok and constraints_hold(read_record(t).constraints or (1.0,))
-    ]
-    sign = -1.0 if maximize else 1.0
-    feasible.sort(key=lambda t: sign * (t.value or 0.0))
-    top = [dict(t.params) for t in feasible[: options.top_k]]
-
-    # 4. promote only a proven gain
-    decision, reason, promoted = "kept", "", None
-    candidate = next(
-        (t for t in feasible if list(read_record(t).rendered_args) != list(inc_config.args)), None
-    )
-    if inc_tonight is None and candidate is None and base_tonight is None:
-        decision, reason = (
-            "nothing_feasible",
-            "neither the incumbent, the baseline nor any trial ran feasibly",
-        )
-    elif candidate is None:
-        reason = "no candidate other than the incumbent was feasible tonight"
+    n = begin_night(setup, study, sdir, options, say)
+    remeasure(n)
+    last_fig = None
+    if n.previous is not None and n.previous.incumbent_args == list(n.inc_config.args):
+        last_fig = n.previous.incumbent_figure
+    if n.previous is None:
+        regressed, why_regression = n.inc_figure is None, "first night: nothing to compare with"
     else:
-        crec = read_record(candidate)
-        cand_config = _arm_config(crec.rendered_args, crec.rendered_env)
-        say(f"night {number}: trial #{candidate.number} against {inc_label}, {options.rounds} round(s) each")
-        ab = compare_configs(
-            evaluator,
-            [(inc_label, inc_config), (f"trial {candidate.number}", cand_config)],
-            rounds=options.rounds,
-            on_run=on_run,
-            extra_figures=(metric,),
+        regressed, why_regression = regression(
+            n.maximize, n.inc_figure, last_fig, n.band.value or 0.0, options.min_improvement
         )
-        ok, why = significant_gain(
-            ab, metric, maximize=maximize, min_improvement=max(options.min_improvement, band)
-        )
-        if ok and any(not r.ok or (r.figures and r.figures.failed) for r in ab.b.runs):
-            ok, why = False, why + "; but a re-measured run failed requests"
-        if ok:
-            promoted = candidate.number
-            decision, reason = "promoted", why
-            _promote(study, candidate, options.out, number)
-            inc_config, inc_params = cand_config, dict(candidate.params)
-            inc_tonight = _summary(f"trial {candidate.number}", ab, metric)
-            inc_label = f"promoted trial #{candidate.number}"
-        else:
-            reason = why
+    why_none = _search(n)
+    cands = candidates_of(study, n.number)
+    decision = _decide(n, cands, why_none)
+    sign = -1.0 if n.maximize else 1.0
+    top = [c.params for c in sorted((c for c in cands if c.feasible), key=lambda c: sign * (c.value or 0.0))]
     record = NightRecord(
-        number=number,
+        number=n.number,
         date=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        fingerprints=fp,
-        changes=changes,
-        metric=metric,
-        baseline_figure=base_tonight,
-        incumbent_label=inc_label,
-        incumbent_args=list(inc_config.args),
-        incumbent_env=dict(inc_config.env),
-        incumbent_params=inc_params,
-        incumbent_figure=inc_tonight,
-        noise_band=band,
-        regression=regression,
+        fingerprints=n.fp,
+        changes=n.changes,
+        metric=n.metric,
+        baseline_figure=n.base_figure,
+        incumbent_label=n.inc_label,
+        incumbent_args=list(n.inc_config.args),
+        incumbent_env=dict(n.inc_config.env),
+        incumbent_params=n.inc_params,
+        incumbent_figure=n.inc_figure,
+        noise_band=n.band.value,
+        band_source=n.band.source,
+        regression=regressed,
         regression_reason=why_regression,
-        decision=decision,
-        reason=reason,
-        promoted_trial=promoted,
-        trials=searched,
-        top_params=top,
-        duration_s=clock.elapsed(),
+        decision=decision.decision,
+        reason=decision.reason,
+        promoted_trial=decision.promoted,
+        trials=len(cands),
+        top_params=[p for p in top if p][: options.top_k],
+        duration_s=n.clock.elapsed(),
         budget_s=options.budget_s,
-        export=str(options.out) if promoted is not None else None,
+        export=str(options.out) if decision.promoted is not None else None,
+        plan=n.plan.as_dict(),
+        runs=n.runs,
+        candidates=[c.as_dict() for c in cands],
+        run_costs=list(n.clock.run_costs),
+        workload_changes=n.drift,
     )
     save_night(study, record)
     return record

@@ -25,6 +25,7 @@ from typing import Any
 import plotly.graph_objects as go
 
 from autotune.report._html import Cell, Section, figure_html, page, table_html, write_html
+from autotune.report._nights import unit
 
 __all__ = ["Night", "write_nightly_index"]
 
@@ -43,6 +44,7 @@ class Night:
     report_path: str | None
     objective: str | None = None
     reason: str | None = None
+    trials: int | None = None  # the trials the study holds for this night
 
     @classmethod
     def from_mapping(cls, night: Mapping[str, Any], index: int) -> Night:
@@ -75,6 +77,7 @@ class Night:
             report_path=None if report is None else str(report),
             objective=night.get("objective"),
             reason=night.get("reason"),
+            trials=None if night.get("trials") is None else int(night["trials"]),
         )
 
 
@@ -104,13 +107,13 @@ def _trend(nights: Sequence[Night], objective: str) -> str:
         return "<p class='note'>No night has run yet.</p>"
     if not _drawable(nights):
         return "<p class='note'>Not shown: no night measured its incumbent.</p>"
-    dates = [n.date for n in nights]
+    dates = [_x(n.date) for n in nights]
     fig = go.Figure()
     band = [n for n in nights if n.low is not None and n.high is not None]
     if band:
         fig.add_trace(
             go.Scatter(
-                x=[n.date for n in band] + [n.date for n in reversed(band)],
+                x=[_x(n.date) for n in band] + [_x(n.date) for n in reversed(band)],
                 y=[n.high for n in band] + [n.low for n in reversed(band)],
                 fill="toself",
                 fillcolor="rgba(31,119,180,0.15)",
@@ -138,7 +141,7 @@ def _trend(nights: Sequence[Night], objective: str) -> str:
         if marked:
             fig.add_trace(
                 go.Scatter(
-                    x=[n.date for n in marked],
+                    x=[_x(n.date) for n in marked],
                     y=[n.median for n in marked],
                     mode="markers",
                     name=name,
@@ -150,11 +153,17 @@ def _trend(nights: Sequence[Night], objective: str) -> str:
     fig.update_layout(
         template="plotly_white",
         title=f"Incumbent {objective} per night",
-        xaxis={"title": "night", "type": "category"},
-        yaxis_title=objective,
+        xaxis={"title": "date (UTC)", "type": "date"},
+        yaxis_title=f"{objective} ({unit(objective)})",
         margin={"l": 60, "r": 20, "t": 50, "b": 50},
     )
     return figure_html(fig, "plot-nightly")
+
+
+def _x(date: str) -> str:
+    """A night's date as plotly's date axis reads it: ``2026-12-02T04:46:05+00:00`` -> ``2026-12-02
+    04:46:05`` (the records are in UTC; plotly.js does not read offsets)."""
+    return date.replace("T", " ")[:19]
 
 
 def _hover(n: Night) -> str:
@@ -176,6 +185,7 @@ def _table(nights: Sequence[Night], index_dir: Path) -> str:
                 Cell(n.date),
                 Cell.num(n.median),
                 Cell(band, css="n"),
+                Cell.num(n.trials, "{:d}"),
                 Cell(decision, css="failed" if n.regression else ("ok" if n.promoted else "")),
                 Cell("; ".join(n.fingerprint_changes) or "none"),
                 Cell(n.reason or ""),
@@ -183,7 +193,16 @@ def _table(nights: Sequence[Night], index_dir: Path) -> str:
             ]
         )
     return table_html(
-        ["night", "incumbent median", "noise band", "decision", "fingerprint changes", "why", "report"],
+        [
+            "night",
+            "incumbent median",
+            "noise band",
+            "trials",
+            "decision",
+            "fingerprint changes",
+            "why",
+            "report",
+        ],
         rows,
         sortable=True,
     )

@@ -82,7 +82,7 @@ def test_three_nights_promote_keep_then_flag_a_regression(tmp_path: Path, mark: 
     assert "REGRESSION" in r3.stdout
     assert "environment.fixed_flags" in r3.stdout and "--kv-cache-memory-bytes 8M" in r3.stdout
     history = _run(
-        ["nightly", "--study", "prod", "--history", "--studies-dir", str(tmp_path / "studies")],
+        ["nightly", "history", "--study", "prod", "--studies-dir", str(tmp_path / "studies")],
         mark,
         tmp_path,
     )

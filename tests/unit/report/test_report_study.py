@@ -212,7 +212,9 @@ def test_a_study_whose_trials_all_failed_gets_a_report_that_says_why(make_study:
 
 def test_a_study_with_no_finished_trial_is_a_one_line_error(tmp_path: Path) -> None:
     study = load_or_create(f"sqlite:///{tmp_path / 'e.db'}", "empty", Objective(), seed=0)
-    with pytest.raises(StorageError, match=r"no finished trial yet.*autotune run --study empty") as info:
+    with pytest.raises(
+        StorageError, match=r"no finished trial and no night yet.*autotune run --study empty"
+    ) as info:
         write_study_report(study, tmp_path / "r.html")
     assert "\n" not in str(info.value)
     assert not (tmp_path / "r.html").exists()

@@ -1,0 +1,171 @@
+"""The night's plan, from measured costs: how many engine runs the re-measurement, the search and
+the promotion check take, and whether the budget holds them.
+
+A run's cost is its wall time: the start-up once (a record's ``timings_s`` also holds the start-up's
+parts, ``startup_*``, which are inside it), the warm-up, the replay and the teardown. The plan is
+made before anything runs, from the costs measured by earlier nights and the study's trials, and
+the clock re-reads the costs measured tonight before it starts each new run.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import optuna
+
+from autotune.study import TrialRecord, read_record
+
+__all__ = ["DEFAULT_RUN_S", "MIN_CANDIDATES", "NightPlan", "make_plan", "measured_run_cost", "run_cost"]
+
+DEFAULT_RUN_S = 60.0  # an engine run's cost before anything was measured
+MIN_CANDIDATES = 2  # a search shorter than this is not worth the night's re-measurement
+SLACK = 0.05  # the share of the budget kept back for what the plan cannot see (reports, exports)
+
+
+def run_cost(rec: TrialRecord) -> float:
+    """Seconds one engine run took: the start-up once (its ``startup_*`` parts are inside it)."""
+    return sum(v for k, v in rec.timings_s.items() if not k.startswith("startup_") and v > 0)
+
+
+@dataclass
+class _Clock:
+    budget_s: float
+    t0: float = field(default_factory=time.monotonic)
+    run_costs: list[float] = field(default_factory=list)  # seconds per engine run tonight
+    prior_costs: Sequence[float] = ()  # earlier nights' and trials' costs: until tonight measured one
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.t0
+
+    def left(self) -> float:
+        return self.budget_s - self.elapsed()
+
+    def per_run(self) -> float:
+        costs = self.run_costs or list(self.prior_costs)
+        return statistics.median(costs) if costs else DEFAULT_RUN_S
+
+    def note(self, rec: TrialRecord) -> None:
+        cost = run_cost(rec)
+        if cost > 0:
+            self.run_costs.append(cost)
+
+    def can_start(self, runs: int, reserve_runs: int = 0) -> bool:
+        """Can ``runs`` more runs start now and still leave ``reserve_runs`` for what follows?"""
+        need = (runs + reserve_runs) * self.per_run()
+        return self.elapsed() + need <= self.budget_s * (1 + SLACK)
+
+
+def measured_run_cost(study: optuna.Study, earlier: Sequence[Mapping[str, Any]] = ()) -> list[float]:
+    """Costs measured before tonight: earlier nights' runs (their plans' figures), else the study's
+    trials (the latest 20 that started an engine)."""
+    costs = [float(c) for night in earlier for c in (night.get("run_costs") or ())]
+    if costs:
+        return costs[-20:]
+    done = optuna.trial.TrialState.COMPLETE
+    for t in study.get_trials(deepcopy=False, states=(done,)):
+        rec = read_record(t)
+        if rec.duplicate_of is None and rec.startup_s:
+            costs.append(run_cost(rec))
+    return costs[-20:]
+
+
+@dataclass(frozen=True)
+class NightPlan:
+    """What tonight will run, and what it costs at ``per_run_s`` seconds an engine run."""
+
+    budget_s: float
+    per_run_s: float
+    cost_source: str
+    arms: tuple[str, ...]  # the re-measurement's arms
+    rounds: int  # tonight's rounds (shrunk from ``asked_rounds`` when the budget is short)
+    asked_rounds: int
+    search: bool  # False: --max-trials 0
+    candidates: int  # the search's share, in engine runs
+    promotion_runs: int
+    smallest_budget_s: float  # holds the re-measurement at one round, 2 candidates and the check
+    fits: bool
+
+    @property
+    def remeasure_runs(self) -> int:
+        return len(self.arms) * self.rounds
+
+    def lines(self) -> list[str]:
+        m = self.per_run_s / 60
+        out = [
+            f"plan: {self.budget_s / 60:.1f} min at {m:.1f} min an engine run ({self.cost_source})",
+            f"  re-measurement: {self.rounds} round(s) of {len(self.arms)} arm(s) "
+            f"({', '.join(self.arms)}) = {self.remeasure_runs} run(s), {self.remeasure_runs * m:.1f} min",
+        ]
+        if self.search:
+            out.append(f"  search: about {self.candidates} candidate(s), {self.candidates * m:.1f} min")
+        else:
+            out.append("  search: off (--max-trials 0)")
+        out.append(
+            f"  promotion check: {self.rounds} round(s) of 2 arms = {self.promotion_runs} run(s), "
+            f"{self.promotion_runs * m:.1f} min, when a candidate beats the incumbent"
+        )
+        if self.rounds < self.asked_rounds:
+            out.append(
+                f"  the budget is short: {self.rounds} round(s) instead of {self.asked_rounds}, "
+                "so that the search still runs"
+            )
+        if not self.fits:
+            out.append(
+                f"  the budget cannot hold the re-measurement, {MIN_CANDIDATES} candidates and the "
+                f"promotion check: that needs at least {self.smallest_budget_s / 60:.1f} min "
+                f"(fix: --budget {math.ceil(self.smallest_budget_s / 60)}m or more)"
+            )
+        return out
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "remeasure_runs": self.remeasure_runs, "lines": self.lines()}
+
+
+def make_plan(
+    budget_s: float,
+    costs: Sequence[float],
+    *,
+    arms: Sequence[str],
+    rounds: int,
+    search: bool = True,
+    source: str | None = None,
+) -> NightPlan:
+    """Tonight's plan: the rounds asked for when the budget holds them with ``MIN_CANDIDATES``
+    candidates and the promotion check; fewer rounds (down to one) when it does not."""
+    per_run = statistics.median(costs) if costs else DEFAULT_RUN_S
+    if source is None:
+        source = (
+            f"median of {len(costs)} measured run(s)"
+            if costs
+            else f"assumed {DEFAULT_RUN_S:.0f} s: nothing measured yet"
+        )
+    usable = budget_s * (1 - SLACK)
+    want = MIN_CANDIDATES if search else 0
+
+    def runs_at(r: int) -> int:
+        return len(arms) * r + want + 2 * r
+
+    chosen = rounds
+    while chosen > 1 and runs_at(chosen) * per_run > usable:
+        chosen -= 1
+    smallest = runs_at(1) * per_run / (1 - SLACK)
+    fits = runs_at(chosen) * per_run <= usable
+    candidates = max(int(usable // per_run) - len(arms) * chosen - 2 * chosen, 0) if search else 0
+    return NightPlan(
+        budget_s=budget_s,
+        per_run_s=per_run,
+        cost_source=source,
+        arms=tuple(arms),
+        rounds=chosen,
+        asked_rounds=rounds,
+        search=search,
+        candidates=candidates,
+        promotion_runs=2 * chosen,
+        smallest_budget_s=smallest,
+        fits=fits,
+    )

@@ -1,0 +1,125 @@
+"""What a night leaves to read: its report (the plan, the re-measurement runs, the candidates and
+the decision, with the workload counted as the study counts it), the index of nights, and the
+history as lines for ``autotune nightly history``."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from autotune.errors import AutotuneError, StorageError, WorkloadError
+from autotune.nightly._history import NightRecord, nights, save_night
+from autotune.report import write_nightly_index, write_study_report
+from autotune.space import flag_pairs
+from autotune.study import open_storage, redact_url, resolve_storage_url
+from autotune.tuning import TuningSetup
+from autotune.workload import PromptTokenizer, inspect_workload, load_tokenizer
+
+__all__ = ["history_lines", "index_rows", "night_workload_facts", "write_night_reports"]
+
+log = logging.getLogger(__name__)
+
+
+def _block_size(args: list[str] | None, platform: str) -> int:
+    """The command's ``--block-size``, else vLLM's default on this platform (CPU 128, CUDA 16)."""
+    for name, value in flag_pairs(args or []):
+        if name == "--block-size" and value:
+            with contextlib.suppress(ValueError):
+                return int(value)
+    return 128 if platform == "cpu" else 16
+
+
+def night_workload_facts(setup: TuningSetup, record: NightRecord) -> dict[str, Any]:
+    """The workload's facts as the study counts its tokens (the model's tokenizer when the model is
+    a local directory with one, else approximate words) at the incumbent command's block size."""
+    tokenizer: PromptTokenizer | None = None
+    model = setup.choices.model
+    if model and Path(model).is_dir():
+        with contextlib.suppress(WorkloadError):
+            tokenizer = load_tokenizer(model)
+    block = _block_size(record.incumbent_args, setup.platform)
+    facts = inspect_workload(setup.workload, block_size=block, tokenizer=tokenizer).as_dict()
+    facts["counted_by"] = tokenizer.name if tokenizer is not None else "approximate words (no tokenizer here)"
+    return facts
+
+
+def index_rows(study: optuna.Study) -> list[dict[str, Any]]:
+    """The nights as :func:`autotune.report.write_nightly_index` reads them."""
+    return [
+        {
+            "date": n.date,
+            "objective": n.metric,
+            "incumbent": n.incumbent_figure or {},
+            "promoted": n.decision == "promoted",
+            "regression": n.regression,
+            "fingerprint_changes": [*n.workload_changes, *n.changes],
+            "report_path": n.report,
+            "reason": f"{n.decision}: {n.reason}",
+            "trials": n.trials,
+        }
+        for n in nights(study)
+    ]
+
+
+def write_night_reports(
+    study: optuna.Study, sdir: Path, record: NightRecord, setup: TuningSetup
+) -> tuple[NightRecord, Path | None, Path | None]:
+    """The night's report (``night-NNNN/report.html``) and the index (``nights.html``); the record
+    saved again with its report's path. A report that cannot be written is logged, never a failed
+    night: the decision and the export are already made. Returns (record, report, index)."""
+    report: Path | None = None
+    try:
+        wl = night_workload_facts(setup, record)
+        report = write_study_report(
+            study,
+            sdir / f"night-{record.number:04d}" / "report.html",
+            workload=wl,
+            fingerprints=record.fingerprints,
+            timings_dir=sdir,
+            night=record.number,
+        )
+        record = replace(record, report=str(report))
+        save_night(study, record)
+    except (AutotuneError, OSError, ValueError) as exc:
+        log.warning("night %d: its report was not written: %s: %s", record.number, type(exc).__name__, exc)
+    index: Path | None = None
+    try:
+        index = write_nightly_index(index_rows(study), sdir / "nights.html")
+    except (OSError, ValueError) as exc:
+        log.warning("the index of nights was not written: %s: %s", type(exc).__name__, exc)
+    return record, report, index
+
+
+def history_lines(study: str, storage: str | None, studies_dir: Path) -> list[str]:
+    """``autotune nightly history``: one line per night, the counts as the study holds them."""
+    url = resolve_storage_url(storage, study, studies_dir)
+    if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).exists():
+        raise StorageError(f"--study: no study named {study!r} (no {url.removeprefix('sqlite:///')})")
+    try:
+        st = optuna.load_study(study_name=study, storage=open_storage(url))
+    except KeyError as exc:
+        raise StorageError(f"--study: no study named {study!r} in {redact_url(url)}") from exc
+    found = nights(st)
+    if not found:
+        return [f"study {study} has no nights yet (run `autotune nightly --study {study} ...`)"]
+    out = [f"nights of study {study} ({found[-1].metric}):"]
+    for n in found:
+        inc = n.incumbent_figure
+        fig = f"{inc['median']:.4g} [{inc['low']:.4g}-{inc['high']:.4g}]" if inc else "not measured"
+        decision = n.decision + (f" #{n.promoted_trial}" if n.promoted_trial is not None else "")
+        out.append(
+            f"night {n.number} {n.date[:16]}: {n.incumbent_label} {fig}, {n.band_text()}, "
+            f"regression {'YES' if n.regression else 'no'}, {decision}, {n.trials_text()}, "
+            f"{n.duration_s / 60:.1f} of {n.budget_s / 60:.1f} min; why: {n.reason}"
+            + (
+                f"; changed: {'; '.join(n.workload_changes + n.changes)}"
+                if n.changes or n.workload_changes
+                else ""
+            )
+        )
+    return out

@@ -1,0 +1,213 @@
+"""Tonight's state and its first steps: the plan (printed first), the fingerprints and what changed,
+the incumbent and the baseline, and their re-measurement (one arm when they are the same command)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from autotune.nightly._fingerprint import describe_changes, fingerprints, workload_changes
+from autotune.nightly._history import NIGHT_ATTR, NightRecord, last_night, nights
+from autotune.nightly._plan import MIN_CANDIDATES, NightPlan, _Clock, make_plan, measured_run_cost
+from autotune.nightly._verdict import Band, figure_of, noise_band
+from autotune.space import RenderedConfig
+from autotune.study import (
+    REFERENCE_ATTR,
+    PendingJournal,
+    TrialRecord,
+    baseline_trial,
+    render_reference,
+    run_study,
+)
+from autotune.trial import config_to_args
+from autotune.tuning import TuningSetup
+
+__all__ = ["NightOptions", "begin_night", "remeasure"]
+
+
+@dataclass(frozen=True)
+class NightOptions:
+    budget_s: float
+    out: Path
+    rounds: int = 2
+    min_improvement: float = 0.03
+    incumbent: Path | None = None  # the deployed config (YAML); default: the last promoted one
+    top_k: int = 3  # previous nights' best configurations re-tried first
+    max_trials: int | None = None  # cap on new trials (tests); None: the budget decides
+
+
+@dataclass
+class _Night:
+    """Tonight's state, as the steps fill it in."""
+
+    setup: TuningSetup
+    study: optuna.Study
+    sdir: Path
+    options: NightOptions
+    say: Callable[[str], None]
+    number: int
+    previous: NightRecord | None
+    clock: _Clock
+    plan: NightPlan
+    inc_label: str
+    inc_config: RenderedConfig
+    inc_params: dict[str, Any] | None
+    base_config: RenderedConfig
+    one_arm: bool
+    fp: dict[str, dict[str, Any]]
+    changes: list[str]
+    drift: list[str]
+    runs: list[dict[str, Any]] = field(default_factory=list)
+    inc_figure: dict[str, Any] | None = None
+    base_figure: dict[str, Any] | None = None
+    band: Band = field(default_factory=lambda: Band(None, ""))
+
+    @property
+    def metric(self) -> str:
+        return self.setup.objective.metric
+
+    @property
+    def maximize(self) -> bool:
+        return self.setup.objective.direction == "maximize"
+
+    def on_run(self, phase: str, name: str, r: int, rec: TrialRecord) -> None:
+        self.clock.note(rec)
+        value = rec.metric(self.metric)
+        self.runs.append(
+            {
+                "phase": phase,
+                "arm": name,
+                "round": r + 1,
+                "status": rec.status.value,
+                "value": value,
+                "startup_s": rec.startup_s,
+                "pass_spread": rec.pass_spread(self.metric),
+                "reason": rec.reason,
+            }
+        )
+        self.say(f"  {name} round {r + 1}: {rec.status.value} {self.metric}={value}")
+
+
+def _same(a: RenderedConfig, b: RenderedConfig) -> bool:
+    return list(a.args) == list(b.args) and dict(a.env) == dict(b.env)
+
+
+def _incumbent(
+    setup: TuningSetup, study: optuna.Study, options: NightOptions, previous: NightRecord | None
+) -> tuple[str, RenderedConfig, dict[str, Any] | None]:
+    """(label, configuration, params when it came from this study)."""
+    if options.incumbent is not None:
+        _, args = config_to_args(options.incumbent)
+        return f"incumbent {options.incumbent.name}", RenderedConfig(args=tuple(args)), None
+    if previous is not None and previous.incumbent_args is not None:
+        return (
+            "incumbent (last promoted)" if previous.incumbent_params else "incumbent (baseline)",
+            RenderedConfig(args=tuple(previous.incumbent_args), env=dict(previous.incumbent_env)),
+            previous.incumbent_params,
+        )
+    return "incumbent (baseline)", _baseline_config(setup, study), {}
+
+
+def _baseline_config(setup: TuningSetup, study: optuna.Study) -> RenderedConfig:
+    return render_reference(setup.space, study.user_attrs.get(REFERENCE_ATTR))
+
+
+def begin_night(
+    setup: TuningSetup, study: optuna.Study, sdir: Path, options: NightOptions, say: Callable[[str], None]
+) -> _Night:
+    """The plan, printed first, then what changed since the last night."""
+    previous = last_night(study)
+    number = (previous.number + 1) if previous else 1
+    inc_label, inc_config, inc_params = _incumbent(setup, study, options, previous)
+    base_config = _baseline_config(setup, study)
+    one_arm = _same(inc_config, base_config)
+    arms = (inc_label,) if one_arm else ("baseline", inc_label)
+    costs = measured_run_cost(study, [n.as_dict() for n in nights(study)])
+    plan = make_plan(
+        options.budget_s, costs, arms=arms, rounds=options.rounds, search=options.max_trials != 0
+    )
+    for line in plan.lines():
+        say(line)
+    if one_arm:
+        say("  the incumbent's command is the baseline's: its runs give both figures")
+    fp = fingerprints(setup)
+    prev_fp = previous.fingerprints if previous else None
+    changes, drift = describe_changes(prev_fp, fp), workload_changes(prev_fp, fp)
+    for line in changes:
+        say(f"changed since night {previous.number if previous else '-'}: {line}")
+    if drift:
+        say("the workload changed: " + "; ".join(drift))
+    return _Night(
+        setup=setup,
+        study=study,
+        sdir=sdir,
+        options=options,
+        say=say,
+        number=number,
+        previous=previous,
+        clock=_Clock(options.budget_s, prior_costs=costs),
+        plan=plan,
+        inc_label=inc_label,
+        inc_config=inc_config,
+        inc_params=inc_params,
+        base_config=base_config,
+        one_arm=one_arm,
+        fp=fp,
+        changes=changes,
+        drift=drift,
+    )
+
+
+def remeasure(n: _Night) -> None:
+    """The incumbent and the baseline, alternately (one arm when they are the same command). A
+    study whose baseline never ran measures it as its trial #0, which is then round 1."""
+    arms = (
+        [(n.inc_label, n.inc_config)]
+        if n.one_arm
+        else [("baseline", n.base_config), (n.inc_label, n.inc_config)]
+    )
+    n.say(f"night {n.number}: re-measuring {' and '.join(a for a, _ in arms)}, {n.plan.rounds} round(s)")
+    records: dict[str, list[TrialRecord]] = {name: [] for name, _ in arms}
+    evaluator = n.setup.evaluator(n.sdir / f"night-{n.number:04d}" / "remeasure")
+    start = 0
+    if n.one_arm and baseline_trial(n.study) is None:
+        rec = _baseline_as_trial(n)
+        if rec is not None:
+            records[n.inc_label].append(rec)
+            n.on_run("re-measurement", n.inc_label, 0, rec)
+            start = 1
+    after = MIN_CANDIDATES + n.plan.promotion_runs if n.plan.search else 0
+    k = 0
+    for r in range(start, n.plan.rounds):
+        if r > 0 and not n.clock.can_start(len(arms), after):
+            n.say(f"  round {r + 1} of the re-measurement skipped: the budget would not hold the search")
+            break
+        for name, config in arms:
+            rec = evaluator(k, config)
+            k += 1
+            records[name].append(rec)
+            n.on_run("re-measurement", name, r, rec)
+    prior_bands = [p.noise_band for p in nights(n.study) if p.noise_band]
+    n.band = noise_band(list(records.values()), n.metric, prior_bands)
+    n.inc_figure = figure_of(records[n.inc_label], n.metric)
+    n.base_figure = n.inc_figure if n.one_arm else figure_of(records["baseline"], n.metric)
+
+
+def _baseline_as_trial(n: _Night) -> TrialRecord | None:
+    got: list[TrialRecord] = []
+    run_study(
+        study=n.study,
+        space=n.setup.space,
+        evaluator=n.setup.evaluator(n.sdir / f"night-{n.number:04d}"),
+        objective=n.setup.objective,
+        n_trials=1,
+        on_trial_done=lambda rep: got.append(rep.record),
+        trial_attrs={NIGHT_ATTR: n.number},
+        journal=PendingJournal(n.sdir),
+        **n.setup.study_hooks(),
+    )
+    return got[0] if got else None
