@@ -82,9 +82,13 @@ def meets_slos(t: RequestTiming, slos_ms: Mapping[str, float]) -> bool:
 
 def failure_counts(timings: Sequence[RequestTiming], top: int = TOP_FAILURES) -> dict[str, int]:
     """Failed requests counted by reason, the commonest first. Reasons that differ only in their
-    numbers (the requested length of each too-long prompt) count as one, shown as the first seen."""
+    numbers (the requested length of each too-long prompt) count as one, shown as the first seen.
+    A reason the server gave for refusing a request itself (``RequestTiming.refused``) names that
+    request, ``HTTP 400: ... (at w.jsonl:3, id 'q-empty')``, or the first of several
+    (``first at``), so the user can find the line to fix."""
     counts: Counter[str] = Counter()
     shown: dict[str, str] = {}
+    refused: dict[str, list[RequestTiming]] = {}
     for t in timings:
         reason = t.failure_reason
         if reason is None:
@@ -92,12 +96,24 @@ def failure_counts(timings: Sequence[RequestTiming], top: int = TOP_FAILURES) ->
         key = _DIGITS_RE.sub("#", reason)
         shown.setdefault(key, reason)
         counts[key] += 1
+        if t.refused:
+            refused.setdefault(key, []).append(t)
     ranked = counts.most_common()
-    out = {shown[key]: n for key, n in ranked[:top]}
+    out = {shown[key] + _where(refused.get(key, [])): n for key, n in ranked[:top]}
     rest = sum(n for _, n in ranked[top:])
     if rest:
         out["other"] = rest
     return out
+
+
+def _where(refused: Sequence[RequestTiming]) -> str:
+    """`` (at w.jsonl:3, id 'q-empty')``: the first refused request of one reason; empty for none."""
+    if not refused:
+        return ""
+    first = refused[0]
+    several = len({(t.source, t.request_id) for t in refused}) > 1
+    where = f"{'first at' if several else 'at'} {first.source}, " if first.source else "first, " * several
+    return f" ({where}id {first.request_id!r})"
 
 
 def summarize(

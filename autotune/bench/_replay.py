@@ -33,7 +33,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Coroutine, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import httpx
@@ -206,6 +206,109 @@ class _TaskSet:
             await asyncio.gather(*running, return_exceptions=True)
 
 
+@dataclass
+class _Run:
+    """One replay's shared state: where requests go, the slots, the clock, what was measured."""
+
+    client: httpx.AsyncClient
+    target: ReplayTarget
+    arrival: ArrivalSpec
+    history: History
+    on_done: Callable[[RequestTiming], None] | None
+    slots: _Slots
+    source: str  # the workload file, for each request's "<file>:<line>"
+    t0: float = field(default_factory=time.perf_counter)
+    timings: list[RequestTiming] = field(default_factory=list)
+
+    async def session(
+        self, turns: Sequence[WorkloadRequest], start: float, *, holds_slot: bool, waited: float = 0.0
+    ) -> None:
+        """Send a session's turns in order. ``holds_slot``: the scheduler already took the first
+        turn's slot (released here), after ``waited`` seconds."""
+        arrival, t0 = self.arrival, self.t0
+        outputs: list[str] = []
+        ready = start
+        first_ts = turns[0].timestamp
+        for i, req in enumerate(turns):
+            if i > 0 and arrival.mode == "timestamps" and req.timestamp is not None and first_ts is not None:
+                ready = max(ready, start + (req.timestamp - first_ts) / arrival.speed)
+            if not holds_slot:
+                await _sleep_until(t0, ready)
+                waited = await self.slots.acquire()
+            holds_slot = False
+            try:
+                timing, text = await send_request(
+                    self.client,
+                    self.target,
+                    req,
+                    _messages_for(req, outputs, self.history),
+                    t0=t0,
+                    scheduled=ready,
+                    slot_wait=waited,
+                    source=f"{self.source}:{req.line}",
+                )
+            finally:
+                self.slots.release()
+            self.timings.append(timing)
+            if self.on_done is not None:
+                self.on_done(timing)
+            outputs.append(text)
+            think = turns[i + 1].think_time / arrival.speed if i + 1 < len(turns) else 0.0
+            ready = max(ready, time.perf_counter() - t0) + think
+
+    async def schedule(
+        self, sessions: Sequence[Sequence[WorkloadRequest]], offsets: np.ndarray | None, tasks: _TaskSet
+    ) -> None:
+        """Start every session at its planned offset, or (``offsets`` None: a closed loop) keep
+        ``concurrency`` of them going; then wait for them all."""
+        t0 = self.t0
+        if offsets is not None:
+            clock = _WaitClock()
+            # One sleep at a time, in order of planned start: constant work per session.
+            for k in np.argsort(offsets, kind="stable"):
+                start = float(offsets[k])
+                await tasks.sleep_until(t0, start)
+                before = time.perf_counter()
+                if await self.slots.acquire():  # back-pressure: a due session waits for a free slot
+                    clock.add(before, time.perf_counter())
+                waited = clock.between(min(t0 + start, before), time.perf_counter())
+                tasks.spawn(self.session(sessions[k], start, holds_slot=True, waited=waited))
+        else:
+            queue = deque(sessions)
+
+            async def worker() -> None:
+                while queue:
+                    await self.session(queue.popleft(), time.perf_counter() - t0, holds_slot=False)
+
+            assert self.arrival.concurrency is not None
+            for _ in range(min(self.arrival.concurrency, len(sessions))):
+                tasks.spawn(worker())
+        await tasks.join()
+
+    def result(self, max_in_flight: int) -> ReplayResult:
+        timings = self.timings
+        end = max((t.sent + (t.latency or 0.0) for t in timings), default=0.0)
+        start = min((t.sent for t in timings), default=0.0)
+        timings.sort(key=lambda t: t.sent)
+        lag = schedule_lag(timings)
+        if lag.behind:
+            log.info(
+                "%s (at most %d of %d in-flight slots in use)", lag.note(), self.slots.peak, max_in_flight
+            )
+        return ReplayResult(
+            timings=tuple(timings),
+            duration_s=max(end - start, 1e-9),
+            arrival=self.arrival.describe(),
+            lag_p99_ms=lag.p99_ms,
+            behind_schedule=lag.behind,
+            schedule_note=lag.note(),
+            lag_max_ms=lag.max_ms,
+            lag_tolerance_ms=lag.tolerance_ms,
+            max_in_flight=max_in_flight,
+            peak_in_flight=self.slots.peak,
+        )
+
+
 async def replay(
     client: httpx.AsyncClient,
     target: ReplayTarget,
@@ -221,90 +324,17 @@ async def replay(
     ``client``: best made by :func:`autotune.bench.replay_client` with the same ``max_in_flight``;
     a client whose pool allows fewer connections queues requests inside httpx, where their lag
     is not seen here, and one large httpx pool costs CPU per request in proportion to its size.
+    Each request's timing names its line (``RequestTiming.source``, ``<file>:<line>``).
     """
     if max_in_flight < 1:
         raise ValueError(f"max_in_flight must be >= 1, got {max_in_flight}")
     sessions = list(workload.sessions().values())
     offsets = plan_offsets([s[0].timestamp for s in sessions], arrival)
-    timings: list[RequestTiming] = []
-    slots = _Slots(max_in_flight)
-    t0 = time.perf_counter()
-
-    async def run_session(
-        turns: Sequence[WorkloadRequest], start: float, *, holds_slot: bool, waited: float = 0.0
-    ) -> None:
-        """``holds_slot``: the scheduler already took the first turn's slot (released here), after
-        ``waited`` seconds."""
-        outputs: list[str] = []
-        ready = start
-        first_ts = turns[0].timestamp
-        for i, req in enumerate(turns):
-            if i > 0 and arrival.mode == "timestamps" and req.timestamp is not None and first_ts is not None:
-                ready = max(ready, start + (req.timestamp - first_ts) / arrival.speed)
-            if not holds_slot:
-                await _sleep_until(t0, ready)
-                waited = await slots.acquire()
-            holds_slot = False
-            try:
-                timing, text = await send_request(
-                    client,
-                    target,
-                    req,
-                    _messages_for(req, outputs, history),
-                    t0=t0,
-                    scheduled=ready,
-                    slot_wait=waited,
-                )
-            finally:
-                slots.release()
-            timings.append(timing)
-            if on_done is not None:
-                on_done(timing)
-            outputs.append(text)
-            think = turns[i + 1].think_time / arrival.speed if i + 1 < len(turns) else 0.0
-            ready = max(ready, time.perf_counter() - t0) + think
-
+    # the clock (``_Run.t0``) starts now, once the plan is made
+    run = _Run(client, target, arrival, history, on_done, _Slots(max_in_flight), source=str(workload.path))
     tasks = _TaskSet()
-    clock = _WaitClock()
     try:
-        if offsets is not None:
-            # One sleep at a time, in order of planned start: constant work per session.
-            for k in np.argsort(offsets, kind="stable"):
-                start = float(offsets[k])
-                await tasks.sleep_until(t0, start)
-                before = time.perf_counter()
-                if await slots.acquire():  # back-pressure: a due session waits for a free slot
-                    clock.add(before, time.perf_counter())
-                waited = clock.between(min(t0 + start, before), time.perf_counter())
-                tasks.spawn(run_session(sessions[k], start, holds_slot=True, waited=waited))
-        else:
-            queue = deque(sessions)
-
-            async def worker() -> None:
-                while queue:
-                    await run_session(queue.popleft(), time.perf_counter() - t0, holds_slot=False)
-
-            assert arrival.concurrency is not None
-            for _ in range(min(arrival.concurrency, len(sessions))):
-                tasks.spawn(worker())
-        await tasks.join()
+        await run.schedule(sessions, offsets, tasks)
     finally:
         await tasks.cancel()  # cancelled (Ctrl-C, SIGTERM) or a bug: no request outlives the replay
-    end = max((t.sent + (t.latency or 0.0) for t in timings), default=0.0)
-    start = min((t.sent for t in timings), default=0.0)
-    timings.sort(key=lambda t: t.sent)
-    lag = schedule_lag(timings)
-    if lag.behind:
-        log.info("%s (at most %d of %d in-flight slots in use)", lag.note(), slots.peak, max_in_flight)
-    return ReplayResult(
-        timings=tuple(timings),
-        duration_s=max(end - start, 1e-9),
-        arrival=arrival.describe(),
-        lag_p99_ms=lag.p99_ms,
-        behind_schedule=lag.behind,
-        schedule_note=lag.note(),
-        lag_max_ms=lag.max_ms,
-        lag_tolerance_ms=lag.tolerance_ms,
-        max_in_flight=max_in_flight,
-        peak_in_flight=slots.peak,
-    )
+    return run.result(max_in_flight)

@@ -144,9 +144,11 @@ async def send_request(
     t0: float,
     scheduled: float,
     slot_wait: float = 0.0,
+    source: str | None = None,
 ) -> tuple[RequestTiming, str]:
     """Send ``req`` (streaming) and time its answer; ``scheduled`` and the send time are seconds
-    from ``t0``; ``slot_wait``: how long it waited for an in-flight slot. A failure is data
+    from ``t0``; ``slot_wait``: how long it waited for an in-flight slot; ``source``: the request's
+    ``<workload file>:<line>``, kept in its timing so that a refused request can be named. A failure is data
     (``RequestTiming.error``), never an exception. Also returns the answer's text."""
     path, body = _body(req, target.model, messages)
     st = time.perf_counter()
@@ -185,5 +187,6 @@ async def send_request(
         error=events.error,
         status=status,
         slot_wait=slot_wait,
+        source=source,
     )
     return timing, "".join(events.text)

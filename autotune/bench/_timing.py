@@ -27,6 +27,7 @@ _LAG_SHARE = 0.1
 
 _MESSAGE_RE = re.compile(r'"message"\s*:\s*"((?:[^"\\]|\\.)*)')
 _REASON_CHARS = 200
+_NOT_THE_REQUEST = frozenset({401, 403, 404, 408, 429})
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,7 @@ class RequestTiming:
     # slots (all taken: requests finish more slowly than the schedule sends them); the rest of the
     # lag is the replayer's own (CPU, a busy event loop)
     slot_wait: float = 0.0
+    source: str | None = None  # where the request came from, "<workload file>:<line>"
 
     @property
     def ok(self) -> bool:
@@ -58,6 +60,12 @@ class RequestTiming:
     @property
     def lag(self) -> float:
         return self.sent - self.scheduled
+
+    @property
+    def refused(self) -> bool:
+        """The server refused the request itself (HTTP 4xx: an empty prompt, too many tokens), not
+        the client (401/403: the API key, 404: the model name, 408/429: the server's load)."""
+        return self.status is not None and 400 <= self.status < 500 and self.status not in _NOT_THE_REQUEST
 
     @property
     def tpot(self) -> float | None:

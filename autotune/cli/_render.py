@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import optuna
+from rich.markup import escape
 from rich.table import Table
 
 from autotune.study import TrialRecord, TrialReport, read_record
@@ -55,7 +56,8 @@ def trial_line(rep: TrialReport, metric: str) -> str:
         head += f" (same config as #{rec.duplicate_of}: measurement reused)"
     if not rec.ok:
         reason = (rec.reason or "").split(";")[0]
-        body = f"[red]{rec.failure or ''}[/red] {reason}"
+        failure = rec.failure if rec.failure != rec.status.value else None  # not "pruned: pruned"
+        body = f"[red]{failure}[/red] {reason}" if failure else reason
     else:
         f = rec.figures
         hit = rec.metrics.prefix_hit_rate if rec.metrics else None
@@ -66,6 +68,7 @@ def trial_line(rep: TrialReport, metric: str) -> str:
             + (f" prefix-hit={hit:.0%}" if hit is not None else "")
             + _passes_note(rec, metric).replace("\n", " (")
             + (")" if rec.pass_spread(metric) is not None else "")
+            + _first_failure(rec)
             + ("" if rep.feasible else " [yellow](violates a constraint)[/yellow]")
             + (
                 " [yellow](replay behind schedule)[/yellow]"
@@ -79,6 +82,13 @@ def trial_line(rep: TrialReport, metric: str) -> str:
         else " | no feasible trial yet"
     )
     return head + ": " + body + best
+
+
+def _first_failure(rec: TrialRecord) -> str:
+    """`` [red](HTTP 400: ... (at w.jsonl:3, id 'q-empty'))[/red]``: why the commonest failed requests
+    failed, naming the workload line the server refused; empty when every request succeeded."""
+    failures = rec.figures.failures if rec.figures is not None and rec.figures.failed else {}
+    return f" [red]({escape(next(iter(failures)))})[/red]" if failures else ""
 
 
 def _passes_note(rec: TrialRecord, metric: str) -> str:
@@ -116,7 +126,7 @@ def study_table(study: optuna.Study, metric: str) -> Table:
     for t in study.get_trials(deepcopy=False):
         rec = read_record(t)
         status = rec.status.value if "status" in t.user_attrs else t.state.name.lower()
-        if not rec.ok and rec.failure and "status" in t.user_attrs:
+        if not rec.ok and rec.failure and rec.failure != status and "status" in t.user_attrs:
             status += f" ({rec.failure})"
         m = rec.metrics
         hit = m.prefix_hit_rate if m else None

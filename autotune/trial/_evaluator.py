@@ -126,13 +126,9 @@ class VllmEvaluator:
             proc.wait_healthy()
             kv = self.engine.kv_capacity(proc.log_text())
             measured = asyncio.run(self._measure(proc, progress))
-            figures, metrics, phase, timings = (
-                measured.figures,
-                measured.metrics,
-                measured.phase,
-                measured.timings,
+            requests_path = write_request_timings(
+                measured.timings, self.log_dir / f"trial-{number:04d}.requests.npz"
             )
-            requests_path = write_request_timings(timings, self.log_dir / f"trial-{number:04d}.requests.npz")
             proc.check_alive()  # requests that failed because the engine died make a crashed trial
         except (EngineStartError, EngineCrashed) as exc:
             log.info("trial %d: engine failed: %s", number, exc.failure)
@@ -159,26 +155,36 @@ class VllmEvaluator:
             violations = self.memory.violations(sampler.result())
             for v in violations:
                 log.warning("trial %d: %s", number, v)
-        figs = Figures(figures.as_dict())
         record = base.with_(
+            log_path=str(proc.log_path),
+            requests_path=str(requests_path),
+            kv_tokens=kv.tokens if kv else None,
+            kv_max_concurrency=kv.max_concurrency if kv else None,
+            memory=peak,
+            violations=violations,
+        )
+        return self._measured_record(record, proc, measured, teardown)
+
+    def _measured_record(
+        self, record: TrialRecord, proc: EngineProcess, measured: _Measured, teardown: float
+    ) -> TrialRecord:
+        """The record of a trial whose engine ran: its figures, metrics and phases; pruned, failed
+        (nothing served) or ok."""
+        figures, metrics = measured.figures, measured.metrics
+        figs = Figures(figures.as_dict())
+        record = record.with_(
             figures=figs,
             metrics=Metrics(
                 {**metrics.as_dict(), **(measured.connector.as_metrics() if measured.connector else {})}
             )
             if metrics
             else None,
-            log_path=str(proc.log_path),
-            requests_path=str(requests_path),
-            kv_tokens=kv.tokens if kv else None,
-            kv_max_concurrency=kv.max_concurrency if kv else None,
             timings_s={
                 "startup": proc.startup_s or 0.0,
                 **{f"startup_{k}": v for k, v in self.engine.startup_phases(proc.log_text()).items()},
-                **phase,
+                **measured.phase,
                 "teardown": teardown,
             },
-            memory=peak,
-            violations=violations,
             passes=measured.summaries,
             notes=measured.notes,
         )

@@ -407,3 +407,36 @@ def test_an_error_while_the_scheduler_waits_for_the_next_arrival_is_raised_at_on
         server.run(wl, ArrivalSpec(mode="timestamps"), on_done=on_done)
     assert time.monotonic() - t0 < 5.0
     assert list(server.requests) == ["now"]
+
+
+def test_a_request_the_server_refuses_is_named_by_its_file_line_and_id() -> None:
+    """Issue 30: one empty prompt got HTTP 400 in every trial and nothing said which line it was."""
+    empty = json.dumps(
+        {
+            "error": {
+                "message": "Either prompt or prompt_embeds must be provided and non-empty.",
+                "type": "BadRequestError",
+                "code": 400,
+            }
+        }
+    )
+    server = FakeOpenAIServer(
+        reject={"bad": (400, empty), "bad2": (400, empty), "nokey": (401, "Unauthorized")}
+    )
+    q_empty = WorkloadRequest(index=1, line=7, id="q-empty", max_tokens=3, prompt="bad")
+    wl = _workload(_prompt(0, "fine"), q_empty, _prompt(2, "nokey"))
+
+    result = server.run(wl, ArrivalSpec(mode="closed", concurrency=1))
+
+    by_id = {t.request_id: t for t in result.timings}
+    assert by_id["q-empty"].source == "w.jsonl:7" and by_id["fine"].source == "w.jsonl:1"
+    failures = summarize(result.timings, result.duration_s).failures
+    assert failures == {
+        "HTTP 400: Either prompt or prompt_embeds must be provided and non-empty. (at w.jsonl:7, id 'q-empty')": 1,
+        "HTTP 401: Unauthorized": 1,  # the key, not the request: no line to fix
+    }
+
+    twice = _workload(q_empty, WorkloadRequest(index=1, line=9, id="q9", max_tokens=3, prompt="bad2"))
+    again = server.run(twice, ArrivalSpec(mode="closed", concurrency=1))
+    (reason,) = summarize(again.timings, again.duration_s).failures
+    assert reason.endswith("(first at w.jsonl:7, id 'q-empty')")
