@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # docker/ as CI can check it without building an image (no registry is reachable for base images):
 # hadolint on every Dockerfile, shellcheck on the entrypoint, the compose file against the Compose
-# Specification schema, every Kubernetes manifest against the Kubernetes schemas (strict), the
+# Specification schema, every Kubernetes manifest against the Kubernetes schemas (strict), what
+# `kubectl kustomize docker/` builds (the same schemas), the promote hooks with shellcheck, the
 # systemd units with systemd-analyze. (tests/docker, run by `make test`, scans docker/ for secrets
 # and runs the entrypoint outside a container, a one-trial study on the CPU build of vLLM included.)
 # All schemas are offline: kubernetes-validate ships the Kubernetes ones; check-jsonschema ships
@@ -23,13 +24,23 @@ echo "== hadolint"
 "$BIN/hadolint" docker/Dockerfile docker/Dockerfile.cpu
 
 echo "== shellcheck"
-"$BIN/shellcheck" docker/entrypoint.sh .ci/docker_check.sh
+"$BIN/shellcheck" docker/entrypoint.sh docker/hooks/*.sh .ci/docker_check.sh
 
 echo "== compose: Compose Specification schema"
 "$BIN/check-jsonschema" --builtin-schema vendor.compose-spec docker/compose.yaml
 
 echo "== Kubernetes manifests (strict: an unknown field fails)"
 "$BIN/kubernetes-validate" --strict docker/k8s/*.yaml
+
+echo "== kustomize: docker/kustomization.yaml builds, and what it builds validates"
+if command -v kubectl >/dev/null 2>&1; then
+  BUILT=$(mktemp /tmp/autotune-kustomize.XXXXXX.yaml)
+  kubectl kustomize docker/ >"$BUILT"
+  "$BIN/kubernetes-validate" --strict "$BUILT"
+  rm -f "$BUILT"
+else
+  echo "skipped: no kubectl on this machine (tests/docker checks the kustomization's files and replacement)"
+fi
 
 echo "== systemd units"
 if command -v systemd-analyze >/dev/null 2>&1; then

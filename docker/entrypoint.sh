@@ -7,9 +7,18 @@
 #   entrypoint.sh           the command is built from the environment:
 #
 #   AUTOTUNE_MODE         run | nightly | worker                                      (required)
-#   AUTOTUNE_STUDY        study name                                                  (required)
-#   AUTOTUNE_WORKLOAD     workload JSONL file                        (run, nightly: required)
-#   AUTOTUNE_MODEL        model directory or name                    (run, nightly: required)
+#   AUTOTUNE_STUDY_FILE   the study file (YAML; a ConfigMap or a file on the volume): the command
+#                         becomes `MODE --file FILE`, and the file says what the study is (study,
+#                         workload, model, engine_args, objective, slo, storage, out, on_promote...).
+#                         Each variable below that is set still becomes its flag, and a flag
+#                         overrides the file; none of them is then required.
+#   AUTOTUNE_STUDY        study name                              (required without a study file)
+#   AUTOTUNE_WORKLOAD     workload file or folder      (run, nightly: required without a study file)
+#   AUTOTUNE_MODEL        model directory or name      (run, nightly: required without a study file)
+#   AUTOTUNE_DEADLINE_SECONDS  (nightly) the Kubernetes Job's activeDeadlineSeconds: the night's
+#                         --budget becomes it minus AUTOTUNE_DEADLINE_MARGIN_SECONDS (default 1800:
+#                         scheduling and image pull, the step in flight when the budget ends, the
+#                         stop of its engines and the export; docker/README.md, "The deadline")
 #   AUTOTUNE_STUDIES_DIR  --studies-dir: study files, trial logs, exports    (run, nightly)
 #   AUTOTUNE_OUT          --out: best-config YAML                            (run, nightly)
 #   AUTOTUNE_N_TRIALS     --n-trials                                                   (run)
@@ -83,6 +92,12 @@ case $mode in
   "") die "AUTOTUNE_MODE is not set (fix: set AUTOTUNE_MODE=run|nightly|worker, or pass autotune arguments, e.g. --help)" ;;
   *) die "AUTOTUNE_MODE=$mode is not one of run, nightly, worker" ;;
 esac
+study_file=${AUTOTUNE_STUDY_FILE:-}
+if [[ -n $study_file ]]; then
+  [[ -f $study_file && -r $study_file ]] ||
+    die "AUTOTUNE_STUDY_FILE: cannot read the study file $study_file (fix: mount it there, e.g. the ConfigMap autotune-study, or unset AUTOTUNE_STUDY_FILE)"
+  required=() # the file names the study, workload and model
+fi
 missing=()
 for var in "${required[@]}"; do
   [[ -n ${!var:-} ]] || missing+=("$var")
@@ -98,17 +113,34 @@ if [[ -n $storage_url ]]; then
     die "both AUTOTUNE_STORAGE_URL and AUTOTUNE_STORAGE are set (fix: set only one of them)"
   ! url_has_password "$storage_url" ||
     die "AUTOTUNE_STORAGE_URL carries a password, which every user could read in argv (fix: drop it from the URL and set PGPASSWORD or PGPASSWORD_FILE, or put the whole URL in AUTOTUNE_STORAGE or AUTOTUNE_STORAGE_FILE)"
-elif [[ $mode == worker && -z ${AUTOTUNE_STORAGE:-} ]]; then
+elif [[ $mode == worker && -z ${AUTOTUNE_STORAGE:-} && -z $study_file ]]; then
   die "AUTOTUNE_MODE=worker needs AUTOTUNE_STORAGE_URL or AUTOTUNE_STORAGE (the study's shared database)"
 fi
 if [[ -n ${AUTOTUNE_API_KEY_ENV:-} && -z ${!AUTOTUNE_API_KEY_ENV:-} ]]; then
   die "AUTOTUNE_API_KEY_ENV names $AUTOTUNE_API_KEY_ENV, which is not set (fix: set $AUTOTUNE_API_KEY_ENV or ${AUTOTUNE_API_KEY_ENV}_FILE)"
 fi
 
-cmd=("$mode" --study "$AUTOTUNE_STUDY")
+budget_s=""
+if [[ -n ${AUTOTUNE_DEADLINE_SECONDS:-} ]]; then
+  margin=${AUTOTUNE_DEADLINE_MARGIN_SECONDS:-1800}
+  [[ $mode == nightly ]] ||
+    die "AUTOTUNE_DEADLINE_SECONDS sets a night's budget; AUTOTUNE_MODE=$mode has none (fix: unset it)"
+  [[ -z ${AUTOTUNE_BUDGET:-} ]] ||
+    die "both AUTOTUNE_DEADLINE_SECONDS and AUTOTUNE_BUDGET are set (fix: keep only the deadline; the budget is derived from it)"
+  [[ $AUTOTUNE_DEADLINE_SECONDS =~ ^[0-9]+$ && $margin =~ ^[0-9]+$ ]] ||
+    die "AUTOTUNE_DEADLINE_SECONDS=$AUTOTUNE_DEADLINE_SECONDS, AUTOTUNE_DEADLINE_MARGIN_SECONDS=$margin: both must be whole seconds (fix: e.g. 9000 and 1800)"
+  budget_s=$((AUTOTUNE_DEADLINE_SECONDS - margin))
+  ((budget_s >= 600)) ||
+    die "AUTOTUNE_DEADLINE_SECONDS=$AUTOTUNE_DEADLINE_SECONDS leaves $budget_s s after the $margin s margin, less than 10 min of tuning (fix: raise the Job's activeDeadlineSeconds)"
+fi
+
+cmd=("$mode")
+[[ -z $study_file ]] || cmd+=(--file "$study_file")
+[[ -z ${AUTOTUNE_STUDY:-} ]] || cmd+=(--study "$AUTOTUNE_STUDY")
 # Only the options the command takes: a worker reads the workload, model and space from the study.
 if [[ $mode != worker ]]; then
-  cmd+=(--workload "$AUTOTUNE_WORKLOAD" --model "$AUTOTUNE_MODEL")
+  [[ -z ${AUTOTUNE_WORKLOAD:-} ]] || cmd+=(--workload "$AUTOTUNE_WORKLOAD")
+  [[ -z ${AUTOTUNE_MODEL:-} ]] || cmd+=(--model "$AUTOTUNE_MODEL")
   [[ -z ${AUTOTUNE_STUDIES_DIR:-} ]] || cmd+=(--studies-dir "$AUTOTUNE_STUDIES_DIR")
   [[ -z ${AUTOTUNE_OUT:-} ]] || cmd+=(--out "$AUTOTUNE_OUT")
   [[ -z ${AUTOTUNE_API_KEY_ENV:-} ]] || cmd+=(--api-key-env "$AUTOTUNE_API_KEY_ENV")
@@ -125,6 +157,7 @@ fi
 if [[ $mode == nightly ]]; then
   [[ -z ${AUTOTUNE_INCUMBENT:-} ]] || cmd+=(--incumbent "$AUTOTUNE_INCUMBENT")
   [[ -z ${AUTOTUNE_BUDGET:-} ]] || cmd+=(--budget "$AUTOTUNE_BUDGET")
+  [[ -z $budget_s ]] || cmd+=(--budget "${budget_s}s")
 fi
 [[ -z $storage_url ]] || cmd+=(--storage "$storage_url")
 read -r -a extra_args <<<"${AUTOTUNE_EXTRA_ARGS:-}"

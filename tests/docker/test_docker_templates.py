@@ -66,30 +66,52 @@ def _k8s_env(container: dict[str, Any]) -> tuple[dict[str, str], set[str]]:
     return env, secrets
 
 
+def _mounted_study_file(pod: dict[str, Any], container: dict[str, Any], path: str) -> Path:
+    """The file of docker/study/ that the ConfigMap item mounted at ``path`` is made from."""
+    (mount,) = [m for m in container["volumeMounts"] if path.startswith(m["mountPath"] + "/")]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    assert volume["configMap"]["name"] == "autotune-study"  # kustomization.yaml / README make it
+    (item,) = [i for i in volume["configMap"]["items"] if mount["mountPath"] + "/" + i["path"] == path]
+    return DOCKER / "study" / item["key"]
+
+
+def _under_a_mount(path: str, container: dict[str, Any]) -> bool:
+    return any(path.startswith(m["mountPath"] + "/") for m in container["volumeMounts"])
+
+
 @pytest.mark.parametrize(("manifest", "mode"), sorted(K8S_WORKLOADS.items()))
-def test_kubernetes_manifest_env_builds_its_command(tmp_path: Path, manifest: str, mode: str) -> None:
+def test_kubernetes_manifest_runs_its_study_file(tmp_path: Path, manifest: str, mode: str) -> None:
     doc = yaml.safe_load((DOCKER / "k8s" / manifest).read_text())
     pod = _pod_spec(doc)
     (container,) = pod["containers"]
     assert "command" not in container and "args" not in container  # the image's entrypoint runs
     env, secrets = _k8s_env(container)
     assert set(env) - {"PGPASSWORD", "VLLM_API_KEY"} <= _known_variables()
+    study_path = _mounted_study_file(pod, container, env["AUTOTUNE_STUDY_FILE"])
+    study = yaml.safe_load(study_path.read_text())
+    env["AUTOTUNE_STUDY_FILE"] = str(study_path)  # the ConfigMap's content, outside the pod
     argv, seen, log = _through_entrypoint(tmp_path, env)
-    assert argv[0] == mode
-    assert "PGPASSWORD" in seen  # the database password reaches libpq through the environment
+    assert argv[:3] == [mode, "--file", str(study_path)]
+    # No long argument list: what the study is comes from the file.
+    assert not {"--workload", "--model", "--study", "--storage"} & set(argv)
+    # PostgreSQL (workers) reads its password from the Secret; SQLite (nightly) needs none.
+    assert ("PGPASSWORD" in seen) == str(study.get("storage", "")).startswith("postgresql")
     assert not any(s in " ".join(argv) + log for s in secrets)
-    # The paths the command names are inside the pod's mounts.
-    mounts = [m["mountPath"] for m in container["volumeMounts"]]
-    options = _options(argv)
-    for option in ("--workload", "--model", "--out", "--incumbent"):
-        if option in options:
-            assert any(options[option].startswith(m + "/") for m in mounts), (option, options[option], mounts)
+    # The paths the study file names are inside the pod's mounts, its hook among the hooks.
+    for key in ("workload", "studies_dir", "out"):
+        assert _under_a_mount(study[key], container), (key, study[key])
+    if "on_promote" in study:
+        script = study["on_promote"].split()[-1]
+        assert _under_a_mount(script, container) and (DOCKER / "hooks" / Path(script).name).is_file()
     limits = container["resources"]["limits"]
     assert limits["nvidia.com/gpu"] == 1
     assert pod["securityContext"]["runAsNonRoot"] is True
+    # The GPU node pool: its nodes selected and its taint tolerated.
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
 
 
-def test_nightly_cronjob_never_overlaps_and_surfaces_exit_codes() -> None:
+def test_nightly_cronjob_never_overlaps_and_surfaces_exit_codes(tmp_path: Path) -> None:
     doc = yaml.safe_load((DOCKER / "k8s" / "cronjob-nightly.yaml").read_text())
     assert doc["spec"]["concurrencyPolicy"] == "Forbid"
     job = doc["spec"]["jobTemplate"]["spec"]
@@ -97,10 +119,23 @@ def test_nightly_cronjob_never_overlaps_and_surfaces_exit_codes() -> None:
     rules = job["podFailurePolicy"]["rules"]
     fail_codes = [r["onExitCodes"] for r in rules if r["action"] == "FailJob"]
     assert {"operator": "In", "values": [3], "containerName": "autotune"} in fail_codes  # regression
+    assert {"operator": "In", "values": [7], "containerName": "autotune"} in fail_codes  # hook failed
     assert {"operator": "NotIn", "values": [0], "containerName": "autotune"} in fail_codes  # any failure
-    env, _ = _k8s_env(_pod_spec(doc)["containers"][0])
-    budget_h = float(env["AUTOTUNE_BUDGET"].rstrip("h"))
-    assert job["activeDeadlineSeconds"] > budget_h * 3600  # the budget fits before the deadline
+
+
+def test_the_nights_budget_is_derived_from_the_jobs_deadline(tmp_path: Path) -> None:
+    doc = yaml.safe_load((DOCKER / "k8s" / "cronjob-nightly.yaml").read_text())
+    pod = _pod_spec(doc)
+    env, _ = _k8s_env(pod["containers"][0])
+    deadline = doc["spec"]["jobTemplate"]["spec"]["activeDeadlineSeconds"]
+    assert env["AUTOTUNE_DEADLINE_SECONDS"] == str(deadline)  # the copy kustomize keeps equal
+    assert "budget" not in yaml.safe_load((DOCKER / "study" / "nightly.yaml").read_text())
+    env["AUTOTUNE_STUDY_FILE"] = str(DOCKER / "study" / "nightly.yaml")
+    argv, _, _ = _through_entrypoint(tmp_path, env)
+    budget = argv[argv.index("--budget") + 1]
+    assert budget == f"{deadline - 1800}s"  # the margin: docker/README.md, "The deadline"
+    assert 3600 <= deadline - 1800 < deadline
+    assert pod["terminationGracePeriodSeconds"] < 1800  # the engines' stop fits in the margin
 
 
 def test_workers_are_an_indexed_job_of_one_gpu_pods() -> None:
@@ -108,10 +143,14 @@ def test_workers_are_an_indexed_job_of_one_gpu_pods() -> None:
     assert doc["spec"]["completionMode"] == "Indexed"
     assert doc["spec"]["parallelism"] == doc["spec"]["completions"] > 1
     study = yaml.safe_load((DOCKER / "k8s" / "study-job.yaml").read_text())
-    worker_env, _ = _k8s_env(_pod_spec(doc)["containers"][0])
-    study_env, _ = _k8s_env(_pod_spec(study)["containers"][0])
-    for name in ("AUTOTUNE_STUDY", "AUTOTUNE_STORAGE_URL"):
-        assert worker_env[name] == study_env[name]  # the workers join the study the Job created
+    files = []
+    for d in (doc, study):
+        pod = _pod_spec(d)
+        env, _ = _k8s_env(pod["containers"][0])
+        files.append(_mounted_study_file(pod, pod["containers"][0], env["AUTOTUNE_STUDY_FILE"]))
+    assert files[0] == files[1]  # the workers join the study the Job created, from the same file
+    storage = yaml.safe_load(files[0].read_text())["storage"]
+    assert storage.startswith("postgresql+psycopg://autotune@postgres:5432/")  # postgres.yaml's Service
 
 
 # --- compose ------------------------------------------------------------------------------------
