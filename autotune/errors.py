@@ -99,7 +99,12 @@ class EngineArgsError(EngineError):
 
 
 class StorageError(AutotuneError):
-    pass
+    """Raised ``from`` the database's own error, ``str()`` also says that error's cause in words and
+    its fix, in one line (read-only, disk full, locked, unreachable), in place of Optuna's guess
+    "invalid data in the commit, e.g. exceeding max length", which it gives for every failed commit."""
+
+    def __str__(self) -> str:
+        return _with_storage_cause(super().__str__(), self.__cause__)
 
 
 class StudyBusyError(AutotuneError):
@@ -114,3 +119,76 @@ class PromoteHookError(AutotuneError):
     """The promote hook failed; the new export stays where it was written."""
 
     exit_code = EXIT_PROMOTE_HOOK_FAILED
+
+
+# (category, fix, what the database's own message says), matched lower-case on each error of the chain
+_STORAGE_CAUSES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    (
+        "the database is read-only",
+        "make the database file and its directory writable by this user, or pass another --storage",
+        ("readonly database", "read-only database", "read-only transaction", "read-only file system"),
+    ),
+    (
+        "the disk is full",
+        "free space on the disk that holds the database",
+        (
+            "database or disk is full",
+            "no space left on device",
+            "could not extend file",
+            "disk quota exceeded",
+        ),
+    ),
+    (
+        "the database is locked",
+        "another process holds its lock: wait for it to finish, or use PostgreSQL for many workers",
+        ("database is locked", "database table is locked", "lock timeout", "could not obtain lock"),
+    ),
+    (
+        "the database is unreachable",
+        "check the URL's host, port and database name and that the server runs; for SQLite, that the "
+        "directory exists and can be written",
+        (
+            "connection refused",
+            "could not connect",
+            "connection failed",
+            "could not translate host name",
+            "name or service not known",
+            "timeout expired",
+            "connection timed out",
+            "no route to host",
+            "network is unreachable",
+            "server closed the connection",
+            "unable to open database file",
+        ),
+    ),
+)
+_OPTUNA_COMMIT_GUESS = (
+    "An exception is raised during the commit. This typically happens due to invalid data in the commit, "
+    "e.g. exceeding max length."
+)
+
+
+def _storage_cause(exc: BaseException | None) -> tuple[str, str, str] | None:
+    """(category, fix, the database's first line) of the first error in the chain that says one."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        orig = getattr(exc, "orig", None)  # SQLAlchemy's DBAPIError wraps the driver's error
+        for err in (orig, exc) if isinstance(orig, BaseException) else (exc,):
+            first = (str(err).strip().splitlines() or [""])[0]
+            for category, fix, needles in _STORAGE_CAUSES:
+                if any(n in first.lower() for n in needles):
+                    return category, fix, first.removeprefix("(sqlite3.OperationalError) ")
+        exc = exc.__cause__ or (None if exc.__suppress_context__ else exc.__context__)
+    return None
+
+
+def _with_storage_cause(message: str, cause: BaseException | None) -> str:
+    found = _storage_cause(cause)
+    if found is None:
+        return message
+    category, fix, first = found
+    text = " ".join(message.replace(_OPTUNA_COMMIT_GUESS, first).split())
+    if first in text:
+        return f"{text} ({category}; fix: {fix})"
+    return f"{text}: {category}: {first} (fix: {fix})"

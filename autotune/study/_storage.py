@@ -28,6 +28,8 @@ def redact_url(url: str) -> str:
         parsed = make_url(url)
     except (ArgumentError, ValueError):
         return "<unparseable storage URL>"
+    if parsed.password is None and not any(k.lower() in _SECRET_QUERY_KEYS for k in parsed.query):
+        return url  # nothing to hide: as the user wrote it (rendering would spell "file:" "file%3A")
     query = {k: ("***" if k.lower() in _SECRET_QUERY_KEYS else v) for k, v in parsed.query.items()}
     return parsed.set(query=query).render_as_string(hide_password=True)
 
