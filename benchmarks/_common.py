@@ -30,7 +30,7 @@ from typing import Any
 import psutil
 
 from autotune.engine import VLLM
-from autotune.tuning import ArrivalChoice, TuningChoices
+from autotune.spec import StudySpec
 from autotune.workload import load_workload, sample_workload, write_jsonl
 
 REPO = Path(__file__).resolve().parent.parent
@@ -122,21 +122,21 @@ def tuning_choices(
     extra_args: Sequence[str] = (),
     slos: Sequence[str] = (),
     min_throughput_ratio: float = 0.95,
-) -> TuningChoices:
+) -> StudySpec:
     """What a user would pass to ``autotune run`` for a benchmark run: the CPU build (profile
     ``cpu``, vLLM's own argument parser on) with the fixed flags, or, with ``quick``, the fake
     server under whatever profile is detected, without the parser (it would start vLLM's import
     for a server that is not vLLM)."""
-    return TuningChoices(
+    return StudySpec(
         workload=workload,
         model=model,
         profile=None if quick else "cpu",
         space=space,
         engine_args=(*fixed_args(quick=quick), *extra_args),
         launcher=" ".join(FAKE_LAUNCHER) if quick else None,
-        startup_timeout_s=60 if quick else 300,
-        arrivals=ArrivalChoice(speed=speed),
-        slos=tuple(slos),
+        startup_timeout=60 if quick else 300,
+        speed=speed,
+        slo=tuple(slos),
         min_throughput_ratio=min_throughput_ratio,
         check_args=not quick,
     )

@@ -33,9 +33,8 @@ from search_efficiency import grid_points, key
 
 from autotune.errors import AutotuneError
 from autotune.study import read_record
+from autotune.spec import StudySpec
 from autotune.tuning import (
-    ArrivalChoice,
-    TuningChoices,
     build_setup,
     open_study,
     plan_baseline,
@@ -77,9 +76,9 @@ def main() -> int:
         engine_args += ["--max-model-len=2048"]
     if model is None:
         p.error("--model is required (or --fake)")
-    choices = TuningChoices(
+    choices = StudySpec(
         workload=args.workload, model=model, space=space, launcher=launcher, engine_args=tuple(engine_args),
-        arrivals=ArrivalChoice(speed=args.speed, seed=args.seed), check_args=not args.fake,
+        speed=args.speed, seed=args.seed, check_args=not args.fake,
         passes=args.passes, prune=False, prior=False,
     )  # fmt: skip
     with build_setup(choices) as setup:

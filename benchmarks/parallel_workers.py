@@ -27,10 +27,9 @@ from typing import Any
 
 import _common as c
 
+from autotune.spec import StudySpec
 from autotune.tuning import (
     RUN_ATTR,
-    ArrivalChoice,
-    TuningChoices,
     build_setup,
     open_study,
     plan_baseline,
@@ -42,7 +41,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def _measure(
-    choices: TuningChoices, label: str, gpus: str | None, workers: int | None, args: Any
+    choices: StudySpec, label: str, gpus: str | None, workers: int | None, args: Any
 ) -> dict[str, Any]:
     studies = Path(args.studies_dir)
     name = f"par-{label.replace(',', '_')}-{int(time.time())}"
@@ -103,9 +102,9 @@ def main() -> int:
         engine_args += ["--max-model-len=2048", "--kv-cache-memory-bytes=64M"]
     if model is None:
         p.error("--model is required (or --fake)")
-    choices = TuningChoices(
+    choices = StudySpec(
         workload=args.workload, model=model, space=space, launcher=launcher, engine_args=tuple(engine_args),
-        arrivals=ArrivalChoice(speed=args.speed, seed=args.seed), check_args=not args.fake,
+        speed=args.speed, seed=args.seed, check_args=not args.fake,
     )  # fmt: skip
     configs: list[tuple[str, str | None, int | None]] = [(g, g, None) for g in args.gpus]
     configs += [(f"{n} workers", None, n) for n in args.workers]

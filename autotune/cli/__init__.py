@@ -11,8 +11,10 @@ from typing import Annotated, Optional
 
 import typer
 
+from autotune.cli import capture as _capture
 from autotune.cli import compare as _compare
 from autotune.cli import doctor as _doctor
+from autotune.cli import init as _init
 from autotune.cli import nightly as _nightly
 from autotune.cli import report as _report
 from autotune.cli import run as _run
@@ -44,15 +46,17 @@ def _main(
     setup_logging(verbose)
 
 
+app.command("init")(_init.init)
 app.command("run")(_run.run)
 app.command("compare")(_compare.compare)
-app.command("nightly")(_nightly.nightly)
 app.command("show")(_study.show)
 app.command("export")(_study.export)
 app.command("report")(_report.report)
 app.command("doctor")(_doctor.doctor)
 app.command("tiny-model")(_tiny.tiny_model)
 app.command("worker")(_worker.worker)
+app.command("capture")(_capture.capture)
+app.add_typer(_nightly.app, name="nightly")
 app.add_typer(workload_app, name="workload", help="Synthesize, import, inspect and validate workload files.")
 
 

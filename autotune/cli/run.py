@@ -7,198 +7,121 @@ import json
 import shlex
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Any
 
 import optuna
 import typer
 
-from autotune.cli import _options as o
 from autotune.cli._console import console, log_to_file, out
 from autotune.cli._render import FORMATS_ATTR, fmt_params, fmt_value, study_table, trial_line
+from autotune.cli._study_options import study_command
 from autotune.errors import EXIT_NO_BASELINE
+from autotune.spec import StudySpec
 from autotune.study import PendingJournal, TrialReport, baseline_trial, best_feasible, redact_url, run_study
 from autotune.tuning import (
     BaselinePlan,
+    GpuGroup,
     StudyLock,
     TuningSetup,
     build_setup,
     check_fingerprint,
     check_study_name,
+    effective_fingerprint,
     open_study,
     plan_baseline,
     plan_groups,
+    record_effective_study,
     run_parallel,
 )
-
-# typer needs Optional[...] at runtime on Python 3.10
-# ruff: noqa: UP045
 
 __all__ = ["run"]
 
 
-def run(
-    workload: o.Workload,
-    model: o.Model,
-    profile: o.Profile = None,
-    space: o.Space = None,
-    study: Annotated[
-        Optional[str],
-        typer.Option(help="Study name; re-running with the same name resumes. Default: WORKLOAD-SPACE."),
-    ] = None,
-    storage: o.Storage = None,
-    studies_dir: o.StudiesDir = Path("studies"),
-    n_trials: Annotated[
-        int,
-        typer.Option(min=1, help="Trials to run now, the baseline included: this many MORE when resuming."),
-    ] = 10,
-    gpus: Annotated[
-        Optional[str],
-        typer.Option(
-            help="Run trials in parallel on this host's GPUs: 0,1,2,3 or all; one worker per GPU, or per group "
-            "of --tensor-parallel-size GPUs. Each engine sees only its GPUs."
-        ),
-    ] = None,
-    workers: Annotated[
-        Optional[int],
-        typer.Option(
-            min=1, help="Without GPUs (the CPU build): this many parallel workers, each on its own CPU cores."
-        ),
-    ] = None,
-    total_trials: Annotated[
-        Optional[int],
-        typer.Option(
-            min=1,
-            help="Instead of --n-trials: run until the study has this many finished trials in all "
-            "(re-running the same command after an interruption then finishes the job, no more).",
-        ),
-    ] = None,
-    timeout: Annotated[
-        Optional[float], typer.Option(help="Stop starting new trials after this many seconds.")
-    ] = None,
-    objective: o.ObjectiveMetric = "ttft_p90",
-    slo: o.Slo = None,
-    min_throughput_ratio: o.MinThroughputRatio = 0.95,
-    out_path: Annotated[
-        Optional[Path], typer.Option("--out", help="Best-config YAML. Default: STUDIES_DIR/STUDY/best.yaml.")
-    ] = None,
-    engine_arg: o.EngineArg = None,
-    launcher: o.Launcher = None,
-    startup_timeout: o.StartupTimeout = 600.0,
-    rate: o.Rate = None,
-    burstiness: o.Burstiness = None,
-    concurrency: o.Concurrency = None,
-    speed: o.Speed = 1.0,
-    sample: o.Sample = None,
-    seed: o.Seed = 0,
-    warmup: o.Warmup = 2,
-    history: o.History = "recorded",
-    api_key_env: o.ApiKeyEnv = None,
-    host_share: o.HostShare = 0.65,
-    allow_swap: o.AllowSwap = False,
-    check_memory: o.CheckMemory = True,
-    confirm_rounds: Annotated[
-        int,
-        typer.Option(
-            min=0,
-            help="Before exporting, re-measure baseline and best alternately this many times each; the best "
-            "is exported only if it wins by more than the noise (0: skip).",
-        ),
-    ] = 2,
-    min_improvement: Annotated[
-        float, typer.Option(help="Smallest relative gain of the median that confirmation accepts.")
-    ] = 0.03,
-    dry_run: Annotated[
-        bool,
-        typer.Option(
-            help="Print the exact commands (baseline and a few sampled trials) with their environment, "
-            "checked by vLLM's parser and the memory estimate; launch nothing, write nothing."
-        ),
-    ] = False,
-    dry_run_samples: Annotated[int, typer.Option(min=0, help="Sampled trials shown by --dry-run.")] = 3,
-    accept_reference: Annotated[
-        bool,
-        typer.Option(
-            help="With --dry-run: exit 0 even when vLLM's defaults cannot run here (a runnable reference "
-            "is then measured as the baseline)."
-        ),
-    ] = False,
-    check_args: o.CheckArgs = True,
-    skip_bad_lines: o.SkipBadLines = False,
-    passes: o.Passes = "auto",
-    compile_cache: o.CompileCache = None,
-    prune: o.Prune = True,
-    prior: o.Prior = True,
-) -> None:
+@study_command("run")
+def run(spec: StudySpec) -> None:
     """Tune vLLM on a workload: baseline (vLLM defaults) first, then Optuna's proposals; export the best.
 
-    Exit codes: 0 done; 2 bad input; 5 no baseline could be measured (the export says so); 130 interrupted.
+    Exit codes: 0 done; 1 storage or other error; 2 bad input; 5 no baseline could be measured (the export
+    says so); 6 the study is already running; 130 interrupted.
     """
-    from autotune.cli._options import tuning_choices
-
-    choices = tuning_choices(
-        workload=workload, model=model, profile=profile, space=space, engine_arg=engine_arg,
-        launcher=launcher, startup_timeout=startup_timeout, rate=rate, burstiness=burstiness,
-        concurrency=concurrency, speed=speed, sample=sample, seed=seed, warmup=warmup, history=history,
-        api_key_env=api_key_env, host_share=host_share, allow_swap=allow_swap, check_memory=check_memory,
-        check_args=check_args, skip_bad_lines=skip_bad_lines, objective=objective, slo=slo,
-        min_throughput_ratio=min_throughput_ratio, preview=dry_run,
-        passes=passes, prune=prune, prior=prior, compile_cache=compile_cache,
-    )  # fmt: skip
-    with build_setup(choices) as setup:
+    with build_setup(spec) as setup:
         for msg in setup.workload.skipped:
             console.print(f"[yellow]skipped[/yellow] {msg}")
-        groups = plan_groups(setup, gpus, workers=workers) if (gpus or workers) and not dry_run else None
-        if groups and groups[0].gpus:  # the baseline plan and the prior read the GPUs that measure them
-            setup.watch_gpus(groups[0].gpus)  # (worker 0's), not GPU 0 when another job fills it
+        groups = _plan_groups(setup)
         plan = plan_baseline(setup)
         setup.apply_prior()  # may shrink the space: before the dry run shows samples of it
-        if dry_run:
-            raise typer.Exit(_dry_run(setup, plan, dry_run_samples, seed, accept_reference))
-        name = check_study_name(study or f"{workload.stem}-{setup.space.name}")
+        if spec.dry_run:
+            raise typer.Exit(_dry_run(setup, plan))
+        name = check_study_name(spec.study or f"{Path(spec.workload or '').stem}-{setup.space.name}")
         setup.check_fixed_flags()
-        # a second run of this study on this host refuses; the confirmation's GPU lease (parallel
-        # runs) is released cleanly at the end, so the next holder does not take this run for dead
-        with StudyLock(studies_dir, name), contextlib.ExitStack() as leases:
-            st, sdir = open_and_announce(setup, name, storage, studies_dir, seed, plan)
+        # a second run of this study refuses; the confirmation's GPU lease (parallel runs) is released
+        # cleanly at the end, so the next holder does not take this run for dead
+        with StudyLock(spec.studies_dir, name), contextlib.ExitStack() as leases:
+            st, sdir = open_and_announce(setup, name, spec.storage, spec.studies_dir, spec.seed, plan)
             for diff in check_fingerprint(st, setup, refuse=False):  # recorded for `autotune worker --study`
-                console.print(
-                    "this run differs from the study's: " + diff, style="yellow", markup=False, soft_wrap=True
-                )
-            todo = _trials_to_run(st, n_trials, total_trials)
-            if groups is None:
-                evaluator = setup.evaluator(sdir)
-                if todo:
-                    _run_trials(st, setup, evaluator, todo, timeout)
-            else:
-                parallel = run_parallel(
-                    setup,
-                    st,
-                    sdir,
-                    groups,
-                    storage=storage,
-                    studies_dir=studies_dir,
-                    n_trials=todo,
-                    timeout_s=timeout,
-                    seed=seed,
-                    say=lambda m: console.print(m, markup=False, soft_wrap=True),
-                    on_trial_done=lambda rep: console.print(
-                        trial_line(rep, setup.objective.metric), soft_wrap=True
-                    ),
-                )
-                leases.enter_context(parallel)
-                evaluator = parallel.evaluator  # confirmation on worker 0's GPUs, leased by this process
-            console.print(study_table(st, setup.objective.metric))
-            if baseline_trial(st) is None:
-                console.print(
-                    "[red]no baseline was measured[/red]: the study cannot say what it gained over vLLM's "
-                    "defaults (look at the baseline trial's log)"
-                )
-            target = out_path or sdir / "best.yaml"
-            if baseline_trial(st) is None and best_feasible(st) is None:
-                raise typer.Exit(EXIT_NO_BASELINE)  # nothing measured to export, not even a reference
-            _confirm_and_export(st, setup, evaluator, confirm_rounds, min_improvement, target)
+                console.print(f"this run differs from the study's: {diff}", style="yellow", markup=False)
+            evaluator = _measure(st, setup, sdir, groups, leases)
+            _report_and_export(st, setup, evaluator, sdir)
         if baseline_trial(st) is None:
             raise typer.Exit(EXIT_NO_BASELINE)
+
+
+def _plan_groups(setup: TuningSetup) -> tuple[GpuGroup, ...] | None:
+    """Parallel workers (--gpus, --workers); the baseline plan and the prior then read worker 0's GPUs
+    (not GPU 0 while another job fills it)."""
+    spec = setup.choices
+    if not (spec.gpus or spec.workers) or spec.dry_run:
+        return None
+    groups = plan_groups(setup, spec.gpus, workers=spec.workers)
+    if groups and groups[0].gpus:
+        setup.watch_gpus(groups[0].gpus)
+    return groups
+
+
+def _measure(
+    st: optuna.Study,
+    setup: TuningSetup,
+    sdir: Path,
+    groups: tuple[GpuGroup, ...] | None,
+    leases: contextlib.ExitStack,
+) -> Any:
+    """The trials, in this process or in parallel workers; returns the evaluator that confirms the best."""
+    spec = setup.choices
+    todo = _trials_to_run(st, spec.n_trials, spec.total_trials)
+    if groups is None:
+        evaluator = setup.evaluator(sdir)
+        if todo:
+            _run_trials(st, setup, evaluator, todo, spec.timeout)
+        return evaluator
+    parallel = run_parallel(
+        setup,
+        st,
+        sdir,
+        groups,
+        storage=spec.storage,
+        studies_dir=spec.studies_dir,
+        n_trials=todo,
+        timeout_s=spec.timeout,
+        seed=spec.seed,
+        say=lambda m: console.print(m, markup=False, soft_wrap=True),
+        on_trial_done=lambda rep: console.print(trial_line(rep, setup.objective.metric), soft_wrap=True),
+    )
+    leases.enter_context(parallel)
+    return parallel.evaluator  # confirmation on worker 0's GPUs, leased by this process
+
+
+def _report_and_export(st: optuna.Study, setup: TuningSetup, evaluator: Any, sdir: Path) -> None:
+    spec = setup.choices
+    console.print(study_table(st, setup.objective.metric))
+    if baseline_trial(st) is None:
+        console.print(
+            "[red]no baseline was measured[/red]: the study cannot say what it gained over vLLM's "
+            "defaults (look at the baseline trial's log)"
+        )
+        if best_feasible(st) is None:
+            raise typer.Exit(EXIT_NO_BASELINE)  # nothing measured to export, not even a reference
+    target = spec.out or sdir / "best.yaml"
+    _confirm_and_export(st, setup, evaluator, spec.confirm_rounds, spec.min_improvement, target)
 
 
 def open_and_announce(
@@ -232,7 +155,7 @@ def open_and_announce(
     console.print(
         f"study [bold]{name}[/bold] in {redact_url(opened.url)} | {setup.engine_label} | space {setup.space_path} | "
         f"workload {setup.choices.workload} ({len(setup.workload)} requests, {setup.arrival.describe()}) | "
-        f"objective {setup.objective.direction} {setup.objective.metric}"
+        f"objective {setup.objective.direction} {setup.objective.metric} | fingerprint {record_effective_study(st, setup)}"
     )
     if opened.finished_before:
         base = baseline_trial(st)
@@ -351,8 +274,12 @@ def _isa_warning(setup: TuningSetup) -> str | None:
     return cpu_build_isa_note()
 
 
-def _dry_run(setup: TuningSetup, plan: BaselinePlan, samples: int, seed: int, accept_reference: bool) -> int:
+def _dry_run(setup: TuningSetup, plan: BaselinePlan) -> int:
     from autotune.tuning import preview_commands
+
+    spec = setup.choices
+    samples, seed, accept_reference = spec.dry_run_samples, spec.seed, spec.accept_reference
+    out.print(f"# study fingerprint {effective_fingerprint(setup)} (the same study from a file or flags)")
 
     if setup.profile_note:
         out.print(f"# {setup.profile_note}")

@@ -8,9 +8,9 @@ from typing import Annotated, Optional
 import optuna
 import typer
 
-from autotune.cli import _options as o
 from autotune.cli._console import console, out
 from autotune.cli._render import study_table
+from autotune.cli._study_options import Storage, StudiesDir
 from autotune.errors import StorageError
 
 # typer needs Optional[...] at runtime on Python 3.10
@@ -45,8 +45,8 @@ def export(
     trial: Annotated[
         Optional[int], typer.Option(help="Export this trial number (default: the best feasible).")
     ] = None,
-    storage: o.Storage = None,
-    studies_dir: o.StudiesDir = Path("studies"),
+    storage: Storage = None,
+    studies_dir: StudiesDir = Path("studies"),
 ) -> None:
     """Export a study's best feasible trial as `vllm serve --config` YAML: exactly the command that was
     measured (fixed flags included). The study is not modified."""
@@ -66,9 +66,19 @@ def export(
 
 def show(
     study: Annotated[str, typer.Option(help="Study name.")],
-    storage: o.Storage = None,
-    studies_dir: o.StudiesDir = Path("studies"),
+    storage: Storage = None,
+    studies_dir: StudiesDir = Path("studies"),
 ) -> None:
     """Print a study's trials: configuration, figures, hit rates, memory, failures."""
     st = existing_study(storage, study, studies_dir)
     console.print(study_table(st, st.user_attrs.get("objective", "ttft_p90")))
+    effective = st.user_attrs.get("study_spec")
+    if isinstance(effective, dict):
+        import yaml
+
+        fingerprint = st.user_attrs.get("study_fingerprint", "?")
+        shown = {k: v for k, v in effective.items() if v not in (None, [], ())}
+        out.print(
+            f"# the effective study of its latest run (fingerprint {fingerprint}); `autotune run -f` reads it"
+        )
+        out.print(yaml.safe_dump(shown, sort_keys=False).rstrip(), soft_wrap=True, markup=False)

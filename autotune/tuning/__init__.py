@@ -6,16 +6,23 @@ from __future__ import annotations
 
 from autotune.tuning._confirm import confirm_best
 from autotune.tuning._dry_run import CommandPreview, preview_commands
-from autotune.tuning._fingerprint import FINGERPRINT_ATTR, check_fingerprint, study_fingerprint
+from autotune.tuning._fingerprint import (
+    FINGERPRINT_ATTR,
+    SPEC_ATTR,
+    SPEC_FINGERPRINT_ATTR,
+    check_fingerprint,
+    effective_fingerprint,
+    record_effective_study,
+    study_fingerprint,
+)
 from autotune.tuning._gpus import GpuGroup, for_gpus, on_gpus, parse_gpus, plan_groups, record_devices
 from autotune.tuning._lock import StudyLock
 from autotune.tuning._model import check_model, looks_like_hub_name
 from autotune.tuning._open import FORMATS_ATTR, OpenedStudy, open_study, study_directory
 from autotune.tuning._reference import BaselinePlan, plan_baseline
 from autotune.tuning._setup import (
-    ArrivalChoice,
-    TuningChoices,
     TuningSetup,
+    arrival_spec,
     build_setup,
     check_study_name,
     describe_params,
@@ -27,22 +34,24 @@ __all__ = [
     "FINGERPRINT_ATTR",
     "FORMATS_ATTR",
     "RUN_ATTR",
-    "ArrivalChoice",
+    "SPEC_ATTR",
+    "SPEC_FINGERPRINT_ATTR",
     "BaselinePlan",
     "CommandPreview",
     "GpuGroup",
     "OpenedStudy",
     "ParallelRun",
     "StudyLock",
-    "TuningChoices",
     "TuningSetup",
     "WorkerSpec",
+    "arrival_spec",
     "build_setup",
     "check_fingerprint",
     "check_model",
     "check_study_name",
     "confirm_best",
     "describe_params",
+    "effective_fingerprint",
     "for_gpus",
     "looks_like_hub_name",
     "on_gpus",
@@ -52,6 +61,7 @@ __all__ = [
     "plan_groups",
     "preview_commands",
     "record_devices",
+    "record_effective_study",
     "run_parallel",
     "run_worker",
     "study_choices",

@@ -17,31 +17,44 @@ from typing import Any
 import optuna
 
 from autotune.errors import ConfigError
-from autotune.tuning._setup import TuningChoices, TuningSetup
+from autotune.spec import StudySpec, field_meta, spec_fingerprint, study_record
+from autotune.tuning._setup import TuningSetup
 
 __all__ = [
     "CHOICES_ATTR",
     "FINGERPRINT_ATTR",
+    "SPEC_ATTR",
+    "SPEC_FINGERPRINT_ATTR",
     "check_fingerprint",
+    "effective_fingerprint",
     "from_jsonable",
+    "record_effective_study",
     "recorded_choices",
     "study_fingerprint",
     "to_jsonable",
 ]
 
 FINGERPRINT_ATTR = "fingerprint"  # study attr: hashes of the space, workload and model it measures
-CHOICES_ATTR = "choices"  # study attr: what it was created with, so a worker needs only its name
+CHOICES_ATTR = "choices"  # study attr: the effective study it was created with (a worker needs only its name)
+SPEC_ATTR = "study_spec"  # study attr: the effective study of the latest run, night or worker (autotune show)
+SPEC_FINGERPRINT_ATTR = "study_fingerprint"  # study attr: its hash (the same study from a file or flags)
 
 
 def to_jsonable(value: Any) -> Any:
-    """A dataclass (``TuningChoices``, a worker spec) as JSON values; :func:`from_jsonable` reads it back."""
-    return json.loads(json.dumps(dataclasses.asdict(value), default=str))
+    """A dataclass (a worker spec) or a :class:`StudySpec` as JSON values; :func:`from_jsonable` reads it back."""
+    if isinstance(value, StudySpec):
+        return value.model_dump(mode="json")
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: to_jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    return json.loads(json.dumps(value, default=str))
 
 
 def from_jsonable(tp: Any, value: Any) -> Any:
     """A JSON value back into ``tp`` (dataclasses, tuples, paths and optionals of them)."""
     if value is None:
         return None
+    if tp is StudySpec:
+        return StudySpec.model_validate(_legacy(value))
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         hints = typing.get_type_hints(tp)
         known = {f.name for f in dataclasses.fields(tp) if f.init}
@@ -56,6 +69,16 @@ def from_jsonable(tp: Any, value: Any) -> Any:
     if tp is Path:
         return Path(value)
     return value
+
+
+_LEGACY = {"engine_args": "engine_args", "startup_timeout_s": "startup_timeout", "slos": "slo"}
+
+
+def _legacy(value: dict[str, Any]) -> dict[str, Any]:
+    """Choices recorded by an earlier version (``TuningChoices``: nested arrivals, ``_s`` names) as study keys."""
+    out = {_LEGACY.get(k, k): v for k, v in value.items() if k not in ("arrivals", "preview")}
+    out.update({k: v for k, v in (value.get("arrivals") or {}).items()})
+    return {k: v for k, v in out.items() if k in StudySpec.model_fields and not field_meta(k).get("per_run")}
 
 
 def _sha(*parts: bytes | str) -> str:
@@ -85,11 +108,11 @@ def study_fingerprint(setup: TuningSetup) -> dict[str, dict[str, str]]:
     """What a study measures, hashed: the space (file, profile, fixed flags), the workload as replayed
     (file, sample, arrivals, warm-up, history) and the model (its config and weight files)."""
     c = setup.choices
-    space = setup.space_path.read_bytes() if setup.space_path.exists() else b""
+    space = _space_bytes(setup) if setup.space_path.exists() else b""
     fixed = " ".join(setup.fixed_argv)
     wl = Path(setup.workload.path)
     wl_bytes = wl.read_bytes() if wl.exists() else b""
-    replay = f"sample={c.sample} seed={c.arrivals.seed} arrivals={setup.arrival.describe()} warmup={c.warmup} history={c.history}"
+    replay = f"sample={c.sample} seed={c.seed} arrivals={setup.arrival.describe()} warmup={c.warmup} history={c.history}"
     return {
         "space": {
             "sha": _sha(space, setup.profile.name, fixed),
@@ -99,8 +122,32 @@ def study_fingerprint(setup: TuningSetup) -> dict[str, dict[str, str]]:
             "sha": _sha(wl_bytes, replay),
             "what": f"{wl.name} ({len(setup.workload)} requests, {setup.arrival.describe()})",
         },
-        "model": {"sha": _model_sha(c.model), "what": c.model},
+        "model": {"sha": _model_sha(setup.model), "what": setup.model},
     }
+
+
+def _space_bytes(setup: TuningSetup) -> bytes:
+    return setup.space_path.read_bytes() if setup.space_path.exists() else b""
+
+
+def _files_sha(path: Path) -> str:
+    """A workload file's bytes, or a folder's files (names and bytes, in name order)."""
+    if path.is_dir():
+        files = sorted(p for p in path.rglob("*") if p.is_file())
+        return _sha(*(part for p in files for part in (str(p.relative_to(path)), p.read_bytes())))
+    return _sha(path.read_bytes() if path.exists() else b"")
+
+
+def effective_fingerprint(setup: TuningSetup) -> str:
+    """The hash of the effective study (:func:`autotune.spec.spec_fingerprint`): the same study from a file
+    or from flags, from any working directory, hashes the same."""
+    c = setup.choices
+    contents = {
+        "workload": _files_sha(Path(c.workload)) if c.workload else "",
+        "model": _model_sha(setup.model),
+        "space": _sha(_space_bytes(setup), setup.space_path.name),
+    }
+    return spec_fingerprint(c, contents)
 
 
 def check_fingerprint(study: optuna.Study, setup: TuningSetup, *, refuse: bool = True) -> list[str]:
@@ -113,7 +160,7 @@ def check_fingerprint(study: optuna.Study, setup: TuningSetup, *, refuse: bool =
         study.set_user_attr(FINGERPRINT_ATTR, mine)
         recorded = study.user_attrs.get(FINGERPRINT_ATTR) or mine
     if CHOICES_ATTR not in study.user_attrs:
-        study.set_user_attr(CHOICES_ATTR, to_jsonable(_portable(setup.choices)))
+        study.set_user_attr(CHOICES_ATTR, study_record(_portable(setup.choices)))
     diffs = [
         f"{key}: the study measures {recorded[key].get('what')} [{recorded[key].get('sha')}], "
         f"this worker {value['what']} [{value['sha']}]"
@@ -128,25 +175,31 @@ def check_fingerprint(study: optuna.Study, setup: TuningSetup, *, refuse: bool =
     return diffs
 
 
-def _portable(choices: TuningChoices) -> TuningChoices:
+def record_effective_study(study: optuna.Study, setup: TuningSetup) -> str:
+    """Record the effective study of this invocation and its fingerprint (shown by ``autotune show``)."""
+    fingerprint = effective_fingerprint(setup)
+    study.set_user_attr(SPEC_ATTR, study_record(_portable(setup.choices)))
+    study.set_user_attr(SPEC_FINGERPRINT_ATTR, fingerprint)
+    return fingerprint
+
+
+def _portable(choices: StudySpec) -> StudySpec:
     """Paths made absolute (a worker elsewhere finds the same mount points, or says it cannot); the
     compile cache left out (a folder of this host: a worker elsewhere keeps its own)."""
-    model = Path(choices.model)
-    return dataclasses.replace(
-        choices,
-        workload=choices.workload.resolve(),
-        space=choices.space.resolve() if choices.space else None,
-        model=str(model.resolve()) if model.exists() else choices.model,
-        preview=False,
-        compile_cache=None,
+    model = Path(choices.model or "")
+    return choices.model_copy(
+        update={
+            "workload": choices.workload.resolve() if choices.workload else None,
+            "space": choices.space.resolve() if choices.space else None,
+            "model": str(model.resolve()) if choices.model and model.exists() else choices.model,
+            "compile_cache": None,
+        }
     )
 
 
-def recorded_choices(study: optuna.Study) -> TuningChoices | None:
-    """What the study was created with (None: created by a version that did not record it)."""
+def recorded_choices(study: optuna.Study) -> dict[str, Any] | None:
+    """The study keys it was created with (None: created by a version that did not record them)."""
     data = study.user_attrs.get(CHOICES_ATTR)
     if not isinstance(data, dict):
         return None
-    choices = from_jsonable(TuningChoices, data)
-    assert isinstance(choices, TuningChoices)
-    return choices
+    return _legacy(data)

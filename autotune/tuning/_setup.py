@@ -24,6 +24,7 @@ from autotune.engine import VLLM, ArgChecker, Engine, EngineProfile, LaunchSpec
 from autotune.errors import ConfigError
 from autotune.memory import read_machine_facts
 from autotune.space import FlagPairs, SearchSpace, apply_profile, flags_to_argv, load_search_space
+from autotune.spec import StudySpec
 from autotune.study import IncumbentPruner, Objective, parse_slo
 from autotune.trial import (
     DEV_MODE_ENV,
@@ -38,76 +39,36 @@ from autotune.tuning._model import check_model
 from autotune.tuning._prior import Prior, build_prior
 from autotune.workload import Workload, load_workload, sample_workload
 
-__all__ = ["ArrivalChoice", "TuningChoices", "TuningSetup", "build_setup"]
+__all__ = ["TuningSetup", "arrival_spec", "build_setup"]
 
 log = logging.getLogger(__name__)
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 
 
-@dataclass(frozen=True)
-class ArrivalChoice:
+def arrival_spec(spec: StudySpec, wl: Workload) -> ArrivalSpec:
     """How requests arrive: the file's timestamps (``speed``), Poisson/gamma at ``rate``, or a closed loop."""
-
-    rate: float | None = None
-    burstiness: float | None = None
-    concurrency: int | None = None
-    speed: float = 1.0
-    seed: int = 0
-
-    def spec_for(self, wl: Workload) -> ArrivalSpec:
-        if self.rate is not None and self.concurrency is not None:
-            raise ConfigError("--rate and --concurrency exclude each other (fix: pass one of them)")
-        if self.burstiness is not None and self.rate is None:
-            raise ConfigError("--burstiness needs --rate (fix: add --rate N, or drop --burstiness)")
-        if self.rate is not None:
-            return ArrivalSpec(
-                mode="gamma" if self.burstiness is not None else "poisson",
-                rate=self.rate,
-                burstiness=self.burstiness or 1.0,
-                seed=self.seed,
-            )
-        if self.concurrency is not None:
-            return ArrivalSpec(mode="closed", concurrency=self.concurrency, seed=self.seed)
-        spec = ArrivalSpec.default_for(wl)
-        return ArrivalSpec(mode=spec.mode, concurrency=spec.concurrency, speed=self.speed, seed=self.seed)
-
-
-@dataclass(frozen=True)
-class TuningChoices:
-    """What the user chose (options of run, compare, nightly, worker), before validation."""
-
-    workload: Path
-    model: str
-    profile: str | None = None
-    space: Path | None = None
-    engine_args: tuple[str, ...] = ()
-    launcher: str | None = None
-    startup_timeout_s: float = 600.0
-    arrivals: ArrivalChoice = field(default_factory=ArrivalChoice)
-    sample: int | None = None
-    warmup: int = 2
-    history: str = "recorded"
-    api_key_env: str | None = None
-    host_share: float = 0.65
-    allow_swap: bool = False
-    check_memory: bool = True
-    check_args: bool = True
-    skip_bad_lines: bool = False
-    objective: str = "ttft_p90"
-    slos: tuple[str, ...] = ()
-    min_throughput_ratio: float = 0.95
-    preview: bool = False  # --dry-run: a named GPU profile may be previewed on a CPU machine
-    passes: str = "auto"  # replays per started engine: a count, or auto (see tuning._passes)
-    prune: bool = True  # stop a trial early when it is worse than the incumbent beyond the noise
-    prior: bool = True  # the workload-aware prior: informed candidates, a shrunk space, vetoes
-    compile_cache: Path | None = None  # vLLM's compile/kernel caches (None: each evaluator's log_dir/cache)
+    if spec.rate is not None and spec.concurrency is not None:
+        raise ConfigError("--rate and --concurrency exclude each other (fix: pass one of them)")
+    if spec.burstiness is not None and spec.rate is None:
+        raise ConfigError("--burstiness needs --rate (fix: add --rate N, or drop --burstiness)")
+    if spec.rate is not None:
+        return ArrivalSpec(
+            mode="gamma" if spec.burstiness is not None else "poisson",
+            rate=spec.rate,
+            burstiness=spec.burstiness or 1.0,
+            seed=spec.seed,
+        )
+    if spec.concurrency is not None:
+        return ArrivalSpec(mode="closed", concurrency=spec.concurrency, seed=spec.seed)
+    default = ArrivalSpec.default_for(wl)
+    return ArrivalSpec(mode=default.mode, concurrency=default.concurrency, speed=spec.speed, seed=spec.seed)
 
 
 @dataclass
 class TuningSetup:
     """Validated choices and the parts built from them. Use as a context manager (:func:`build_setup`)."""
 
-    choices: TuningChoices
+    choices: StudySpec  # the effective study (autotune.spec)
     engine: Engine
     workload: Workload
     profile: EngineProfile
@@ -125,7 +86,7 @@ class TuningSetup:
 
     @property
     def model(self) -> str:
-        return self.choices.model
+        return self.choices.model or ""
 
     @property
     def engine_label(self) -> str:
@@ -158,7 +119,7 @@ class TuningSetup:
             arrival=self.arrival,
             log_dir=log_dir,
             warmup_requests=self.choices.warmup,
-            history=self.choices.history,  # type: ignore[arg-type]
+            history=self.choices.history,
             slos_ms=self.objective.request_slos,
             arg_checker=self.checker() if check_args else None,
             memory=self.guard,
@@ -240,15 +201,19 @@ def check_study_name(name: str) -> str:
     return name
 
 
-def _load(choices: TuningChoices) -> Workload:
+def _load(choices: StudySpec) -> Workload:
+    if choices.workload is None:
+        raise ConfigError(
+            "--workload is required (fix: pass --workload FILE, or set `workload:` in the study file)"
+        )
     wl = load_workload(choices.workload, skip_bad_lines=choices.skip_bad_lines)
     if choices.sample is not None:
-        wl = sample_workload(wl, choices.sample, choices.arrivals.seed)
+        wl = sample_workload(wl, choices.sample, choices.seed)
     return wl
 
 
 @contextmanager
-def build_setup(choices: TuningChoices, *, engine: Engine = VLLM) -> Iterator[TuningSetup]:
+def build_setup(choices: StudySpec, *, engine: Engine = VLLM) -> Iterator[TuningSetup]:
     """Validate ``choices`` and build the parts; the argument checker is closed on exit."""
     setup = _build(choices, engine)
     try:
@@ -257,28 +222,28 @@ def build_setup(choices: TuningChoices, *, engine: Engine = VLLM) -> Iterator[Tu
         setup.close()
 
 
-def _build(choices: TuningChoices, engine: Engine) -> TuningSetup:
-    if choices.history not in ("recorded", "actual"):
-        raise ConfigError(f"--history: {choices.history!r} is not 'recorded' or 'actual'")
+def _build(choices: StudySpec, engine: Engine) -> TuningSetup:
     wl = _load(choices)
+    if not choices.model:
+        raise ConfigError("--model is required (fix: pass --model DIR, or set `model:` in the study file)")
     check_model(choices.model)
-    profile, note = engine.select_profile(choices.profile, preview=choices.preview)
+    profile, note = engine.select_profile(choices.profile, preview=choices.dry_run)
     space_path = choices.space or engine.default_space(profile)
     space = apply_profile(load_search_space(space_path), profile)
-    slos = dict(parse_slo(s) for s in choices.slos)
+    slos = dict(parse_slo(s) for s in choices.slo)
     objective = Objective(
         metric=choices.objective, min_throughput_ratio=choices.min_throughput_ratio, slos_ms=slos
     )
     fixed = engine.parse_fixed_args(list(choices.engine_args))
     wl = check_request_sizes(wl, choices.model, fixed, skip_bad_lines=choices.skip_bad_lines)
-    arrival = choices.arrivals.spec_for(wl)
+    arrival = arrival_spec(choices, wl)
     pass_plan = parse_passes(choices.passes)
     launch = LaunchSpec(
         model=choices.model,
         launcher=tuple(choices.launcher.split()) if choices.launcher else engine.default_launcher(),
         fixed_args=fixed,
         api_key=_api_key(choices.api_key_env),
-        startup_timeout_s=choices.startup_timeout_s,
+        startup_timeout_s=choices.startup_timeout,
         env=dict(DEV_MODE_ENV) if pass_plan.repeated else {},  # the cache reset between passes
         cache_dir=Path(choices.compile_cache).expanduser().resolve() if choices.compile_cache else None,
     )

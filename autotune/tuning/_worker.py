@@ -31,6 +31,7 @@ import optuna
 from autotune.engine import GpuLease
 from autotune.errors import ConfigError, StorageError
 from autotune.memory import MachineProbe, read_machine_facts
+from autotune.spec import StudySpec
 from autotune.study import (
     BASELINE_ATTR,
     PendingJournal,
@@ -41,11 +42,17 @@ from autotune.study import (
     resolve_storage_url,
     run_study,
 )
-from autotune.tuning._fingerprint import check_fingerprint, from_jsonable, recorded_choices, to_jsonable
+from autotune.tuning._fingerprint import (
+    check_fingerprint,
+    from_jsonable,
+    record_effective_study,
+    recorded_choices,
+    to_jsonable,
+)
 from autotune.tuning._gpus import GpuGroup, complete_group, for_gpus, record_devices
 from autotune.tuning._open import open_study, study_directory
 from autotune.tuning._reference import plan_baseline
-from autotune.tuning._setup import TuningChoices, TuningSetup, build_setup, describe_params
+from autotune.tuning._setup import TuningSetup, build_setup, describe_params
 
 __all__ = [
     "EXIT_BUSY",
@@ -70,7 +77,7 @@ EXIT_BUSY, EXIT_USAGE = 6, 2  # a worker that exits so will fail again: not rest
 class WorkerSpec:
     """Everything one worker needs, as the pool hands it over (JSON in a file: :meth:`dump`)."""
 
-    choices: TuningChoices
+    choices: StudySpec
     study: str
     studies_dir: Path
     storage: str | None = None  # as the user gave it (None: $AUTOTUNE_STORAGE, else the SQLite default)
@@ -117,8 +124,8 @@ def _existing(storage: str | None, name: str, studies_dir: Path, create: bool) -
 
 def study_choices(
     storage: str | None, name: str, studies_dir: Path, *, create: bool = False
-) -> TuningChoices | None:
-    """What an existing study was created with (:data:`~autotune.tuning._fingerprint.CHOICES_ATTR`), so that
+) -> dict[str, Any] | None:
+    """The study keys an existing study was created with (:data:`~autotune.tuning._fingerprint.CHOICES_ATTR`), so that
     ``autotune worker --study NAME --storage URL`` needs nothing else; None when it records none (or
     does not exist yet and ``create``)."""
     url, exists = _existing(storage, name, studies_dir, create)
@@ -133,6 +140,7 @@ def _join(setup: TuningSetup, spec: WorkerSpec) -> optuna.Study:
         plan = plan_baseline(setup)
         study = open_study(setup, spec.study, spec.storage, spec.studies_dir, spec.seed, plan).study
     check_fingerprint(study, setup)
+    record_effective_study(study, setup)
     guard = setup.guard
     record_devices(study, (spec.group,), read_machine_facts(guard.probe if guard else None))
     return study
@@ -225,7 +233,7 @@ def run_worker(
             setup.apply_prior()  # the same prediction and veto in every worker (the parent enqueued)
             gate = None
             if group.slot > 0:  # a baseline running longer than this is presumed orphaned (its worker died)
-                patience = spec.choices.startup_timeout_s + 1800
+                patience = spec.choices.startup_timeout + 1800
                 since = spec.baseline_since if spec.baseline_since is not None else time.time() - patience
                 # worker 0 takes the baseline; this one starts its own engine meanwhile and replays
                 # once the baseline is measured (its gate), so the two engines start in parallel

@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from autotune.space import render_values
-from autotune.tuning import ArrivalChoice, TuningChoices, build_setup
+from autotune.spec import StudySpec
+from autotune.tuning import build_setup
 
 LAUNCHER = "python3 -m vllm.entrypoints.cli.main serve"
 CONFIGS = ("{}", '{"max_num_batched_tokens": 16384, "cpu_swap_space_gb": 16}')
@@ -52,13 +53,12 @@ def main() -> int:
     path = args.out / "warmup.json"
     runs: list[dict[str, Any]] = json.loads(path.read_text()) if path.exists() else []
     configs = [json.loads(c) for c in (args.configs or CONFIGS)]
-    choices = TuningChoices(
+    choices = StudySpec(
         workload=args.workload,
         model=args.model,
         space=args.space,
         engine_args=tuple(args.engine_args if args.engine_args is not None else ENGINE_ARGS),
         launcher=args.launcher or None,
-        arrivals=ArrivalChoice(),
         passes="2",
         compile_cache=args.cache,
     )

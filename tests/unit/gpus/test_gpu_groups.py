@@ -14,9 +14,9 @@ from autotune.engine import LEASE_ENV, GpuLease
 from autotune.errors import ConfigError, StudyBusyError
 from autotune.memory import GiB, MemorySampler
 from autotune.space import RenderedConfig
+from autotune.spec import StudySpec
 from autotune.tuning import (
     GpuGroup,
-    TuningChoices,
     TuningSetup,
     build_setup,
     for_gpus,
@@ -49,11 +49,11 @@ def _setup(
     if space is not None:
         space_path = tmp_path / "space.yaml"
         space_path.write_text(space)
-    choices = TuningChoices(
+    choices = StudySpec(
         workload=wl,
         model=str(model),
         profile=None if cpu else "cuda-native",
-        preview=not cpu,
+        dry_run=not cpu,
         space=space_path,
         engine_args=engine_args,
         check_args=False,

@@ -10,11 +10,10 @@ import pytest
 
 from autotune.errors import ConfigError
 from autotune.study import Objective, load_or_create
+from autotune.spec import StudySpec
 from autotune.tuning import (
     FINGERPRINT_ATTR,
-    ArrivalChoice,
     GpuGroup,
-    TuningChoices,
     TuningSetup,
     WorkerSpec,
     build_setup,
@@ -31,7 +30,7 @@ parameters:
 """
 
 
-def _choices(tmp_path: Path, **kw: object) -> TuningChoices:
+def _choices(tmp_path: Path, **kw: object) -> StudySpec:
     model = tmp_path / "model"
     model.mkdir(exist_ok=True)
     (model / "config.json").write_text((CONFIGS / "tiny-llama-2layer.json").read_text())
@@ -45,10 +44,10 @@ def _choices(tmp_path: Path, **kw: object) -> TuningChoices:
     if not space.exists():
         space.write_text(SPACE)
     base: dict[str, object] = {"workload": wl, "model": str(model), "space": space, "check_args": False}
-    return TuningChoices(**{**base, **kw})  # type: ignore[arg-type]
+    return StudySpec(**{**base, **kw})  # type: ignore[arg-type]
 
 
-def _setup(choices: TuningChoices) -> Iterator[TuningSetup]:
+def _setup(choices: StudySpec) -> Iterator[TuningSetup]:
     with build_setup(choices) as setup:
         yield setup
 
@@ -61,8 +60,9 @@ def test_a_spec_reads_back_as_written(tmp_path: Path) -> None:
     choices = _choices(
         tmp_path,
         engine_args=("--max-model-len=2048", "--enforce-eager"),
-        arrivals=ArrivalChoice(rate=2.0, seed=7),
-        slos=("ttft_p90=800ms",),
+        rate=2.0,
+        seed=7,
+        slo=("ttft_p90=800ms",),
         sample=5,
     )
     spec = WorkerSpec(
@@ -97,7 +97,7 @@ def test_a_worker_with_the_same_study_joins_and_one_with_another_workload_is_ref
             ConfigError, match=r"measures something else: workload: the study measures wl.jsonl"
         ):
             check_fingerprint(study, setup)
-    for setup in _setup(_choices(tmp_path, arrivals=ArrivalChoice(speed=3.0))):
+    for setup in _setup(_choices(tmp_path, speed=3.0)):
         # the same file replayed faster is another workload
         with pytest.raises(ConfigError, match="workload"):
             check_fingerprint(study, setup)

@@ -1,0 +1,33 @@
+"""The study file: one declaration of everything a study is (:class:`StudySpec`), the options of
+``run``, ``worker``, ``nightly`` and ``compare`` generated from it, a study file read and checked
+(:func:`load_study_file`), and the effective study resolved (:func:`resolve_spec`), recorded
+(:func:`study_record`) and fingerprinted (:func:`spec_fingerprint`)."""
+
+from __future__ import annotations
+
+from autotune.spec._duration import parse_duration
+from autotune.spec._file import (
+    StudyFile,
+    field_meta,
+    fields_for,
+    load_study_file,
+    resolve_spec,
+    spec_fingerprint,
+    study_record,
+)
+from autotune.spec._model import COMMANDS, StudySpec
+from autotune.spec._render import commented_study_file
+
+__all__ = [
+    "COMMANDS",
+    "StudyFile",
+    "StudySpec",
+    "commented_study_file",
+    "field_meta",
+    "fields_for",
+    "load_study_file",
+    "parse_duration",
+    "resolve_spec",
+    "spec_fingerprint",
+    "study_record",
+]

@@ -1,0 +1,187 @@
+"""A study file read and the effective study resolved: the model's defaults (per command), the study's
+recorded choices (a worker joining), the file, then the flags given on the command line.
+
+Relative paths in a study file are relative to the file's own folder (as in a compose file), so a
+study file travels with its workload; relative paths given as flags are relative to the working
+directory, as on every command line.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import os
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from autotune.errors import ConfigError
+from autotune.spec._model import COMMANDS, StudySpec
+
+__all__ = [
+    "StudyFile",
+    "field_meta",
+    "fields_for",
+    "load_study_file",
+    "resolve_spec",
+    "spec_fingerprint",
+    "study_record",
+]
+
+
+def field_meta(name: str) -> dict[str, Any]:
+    extra = StudySpec.model_fields[name].json_schema_extra
+    return dict(extra) if isinstance(extra, dict) else {}
+
+
+def fields_for(command: str) -> list[str]:
+    """The fields a command takes, in declaration order (its options, generated from them)."""
+    if command not in COMMANDS:
+        raise ValueError(f"unknown command {command!r}")
+    return [n for n in StudySpec.model_fields if command in field_meta(n).get("commands", ())]
+
+
+def _is_path(name: str) -> bool:
+    tp = StudySpec.model_fields[name].annotation
+    args = typing.get_args(tp) if typing.get_origin(tp) in (typing.Union, types.UnionType) else (tp,)
+    return Path in args
+
+
+def _relative_path(name: str, value: str, folder: Path) -> bool:
+    """A relative path to read against the file's folder: a path field, or a model that is a folder there
+    (a hub name such as ``org/model`` stays as it is)."""
+    if Path(value).expanduser().is_absolute():
+        return False
+    return _is_path(name) or (name == "model" and (value.startswith(".") or (folder / value).exists()))
+
+
+@dataclass(frozen=True)
+class StudyFile:
+    """The keys a study file sets (paths already made relative to the working directory's view)."""
+
+    path: Path
+    values: Mapping[str, Any]
+    lines: Mapping[str, int] = field(default_factory=dict)
+
+    def where(self, key: str) -> str:
+        line = self.lines.get(key)
+        return f"{self.path}:{line}" if line else str(self.path)
+
+
+def _key_lines(text: str) -> dict[str, int]:
+    try:
+        node = yaml.compose(text)
+    except yaml.YAMLError:
+        return {}
+    if not isinstance(node, yaml.MappingNode):
+        return {}
+    return {k.value: k.start_mark.line + 1 for k, _ in node.value if isinstance(k, yaml.ScalarNode)}
+
+
+def _closest(key: str) -> str:
+    keys = [n for n in StudySpec.model_fields if not field_meta(n).get("cli_only")]
+    near = difflib.get_close_matches(key.replace("-", "_"), keys, n=1, cutoff=0.5)
+    return f"did you mean '{near[0]}'?" if near else "see `autotune init` for every key"
+
+
+def load_study_file(path: Path) -> StudyFile:
+    """Read and check a study file: YAML mapping, known keys, values of the right type (one line each)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"--file: cannot read {path}: {exc} (fix: the path of a study YAML file)") from exc
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        raise ConfigError(
+            f"{where}: not valid YAML: {getattr(exc, 'problem', exc)} (fix: the YAML syntax)"
+        ) from exc
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a study file is a mapping of keys to values, not {type(data).__name__}")
+    lines = _key_lines(text)
+    values: dict[str, Any] = {}
+    for key, value in data.items():
+        name = str(key).replace("-", "_")
+        where = f"{path}:{lines[key]}" if key in lines else str(path)
+        if name not in StudySpec.model_fields:
+            raise ConfigError(f"{where}: unknown key {key!r} ({_closest(str(key))})")
+        if field_meta(name).get("cli_only"):
+            raise ConfigError(
+                f"{where}: {key!r} is an action of one command line, not a study key (fix: pass "
+                f"--{name.replace('_', '-')} on the command line)"
+            )
+        if value is not None and _relative_path(name, str(value), Path(path).parent):
+            value = os.path.normpath(Path(path).parent / str(value))
+        values[name] = value
+    found = StudyFile(
+        path=Path(path), values=values, lines={str(k).replace("-", "_"): v for k, v in lines.items()}
+    )
+    _validate(values, found)
+    return found
+
+
+def _validate(values: Mapping[str, Any], source: StudyFile | None) -> StudySpec:
+    try:
+        return StudySpec.model_validate(dict(values))
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        name = str(err["loc"][0]) if err["loc"] else "?"
+        where = source.where(name) if source is not None else f"--{name.replace('_', '-')}"
+        bad = err.get("input")
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        raise ConfigError(
+            f"{where}: {name}: {bad!r}: {msg}" + ("" if "fix:" in msg else f" (fix: {_hint(name)})")
+        ) from None
+
+
+def _hint(name: str) -> str:
+    tp = StudySpec.model_fields[name].annotation
+    return f"a value of type {getattr(tp, '__name__', None) or str(tp).replace('typing.', '')}"
+
+
+def resolve_spec(
+    command: str,
+    *,
+    flags: Mapping[str, Any],
+    file: StudyFile | None = None,
+    recorded: Mapping[str, Any] | None = None,
+) -> StudySpec:
+    """The effective study of one command: defaults < recorded < file < flags."""
+    values: dict[str, Any] = {}
+    for name in StudySpec.model_fields:
+        per_command = field_meta(name).get("defaults", {})
+        if command in per_command:
+            values[name] = per_command[command]
+    for layer in (recorded or {}, file.values if file else {}, flags):
+        values.update({k: v for k, v in layer.items() if k in StudySpec.model_fields})
+    try:
+        return StudySpec.model_validate(values)
+    except ValidationError:
+        _validate(flags, None)  # a flag's own error first, named as the flag
+        return _validate(values, file)
+
+
+def study_record(spec: StudySpec) -> dict[str, Any]:
+    """The effective study as JSON values (recorded in the study, shown by ``autotune show``): the study
+    keys only, not one invocation's actions."""
+    data = spec.model_dump(mode="json")
+    return {k: v for k, v in data.items() if not field_meta(k).get("cli_only")}
+
+
+def spec_fingerprint(spec: StudySpec, contents: Mapping[str, str]) -> str:
+    """A hash of what the study measures and how it judges it: the fingerprint fields, with the
+    files' contents (``contents``: field -> hash of the workload, model, space) in place of their paths."""
+    data = spec.model_dump(mode="json")
+    chosen = {k: contents.get(k, data[k]) for k in data if field_meta(k).get("fingerprint")}
+    return hashlib.sha256(json.dumps(chosen, sort_keys=True).encode()).hexdigest()[:16]
