@@ -19,7 +19,6 @@ such). Every prediction is stored on its trial next to the measured hit rates.
 from __future__ import annotations
 
 import logging
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -27,63 +26,18 @@ from typing import Any, Protocol
 import optuna
 
 from autotune.space import Parameter, SearchSpace, render_values
-from autotune.study import read_record
 from autotune.trial import MemoryGuard
+from autotune.tuning._prior_lru import Chains, chains_of, lru_hit_share
+from autotune.tuning._prior_seqs import SEQS_PARAM, kv_concurrency, peak_concurrency, seqs_plan
+from autotune.tuning._prior_veto import FAR_WORSE, POOL_PARAM, checked_by, no_gain_reason
 from autotune.workload import PromptTokenizer, WordTokenizer, Workload, load_tokenizer
 
 __all__ = ["POOL_PARAM", "Prior", "PriorInputs", "build_prior", "lru_hit_share"]
 
 log = logging.getLogger(__name__)
-POOL_PARAM = "cpu_swap_space_gb"
 KV_PARAMS = ("gpu_memory_utilization", "kv_cache_memory_bytes")
 GAIN = 0.02  # a pool (or a block size) must add this share of prompt tokens to count
 GiB = 2**30
-
-
-@dataclass(frozen=True)
-class _Chains:
-    """Each request's block chain keys (prefix order) and how many of its blocks may hit."""
-
-    block_size: int
-    requests: tuple[tuple[tuple[int, ...], int], ...]
-    prompt_tokens: int
-    distinct: int
-
-
-def _chains(prompts: Sequence[Sequence[int]], block_size: int) -> _Chains:
-    out: list[tuple[tuple[int, ...], int]] = []
-    seen: set[int] = set()
-    for ids in prompts:
-        chain, keys = 0, []
-        for b in range(len(ids) // block_size):
-            chain = hash((chain, tuple(ids[b * block_size : (b + 1) * block_size])))
-            keys.append(chain)
-        seen.update(keys)
-        out.append((tuple(keys), max(len(ids) - 1, 0) // block_size))
-    return _Chains(block_size, tuple(out), sum(len(p) for p in prompts), len(seen))
-
-
-def lru_hit_share(chains: _Chains, capacity_tokens: int) -> float:
-    """Share of prompt tokens an LRU prefix cache of ``capacity_tokens`` serves (requests one at a time)."""
-    if not chains.prompt_tokens:
-        return 0.0
-    capacity = capacity_tokens // chains.block_size
-    cache: OrderedDict[int, None] = OrderedDict()
-    unlimited = capacity >= chains.distinct
-    hits = 0
-    for keys, hittable in chains.requests:
-        for b in range(hittable):
-            if keys[b] in cache:
-                hits += 1
-            else:
-                break  # a chain misses from its first missing block on
-        for key in reversed(keys):  # tail first: the shared head ends most recently used
-            cache[key] = None
-            cache.move_to_end(key)
-        if not unlimited:
-            while len(cache) > capacity:
-                cache.popitem(last=False)
-    return hits * chains.block_size / chains.prompt_tokens
 
 
 class PriorInputs(Protocol):
@@ -110,15 +64,15 @@ class Prior:
     space: SearchSpace
     candidates: list[dict[str, Any]] = field(default_factory=list)
     _setup: PriorInputs | None = None
-    _chains: dict[int, _Chains] = field(default_factory=dict)
+    _chains: dict[int, Chains] = field(default_factory=dict)
     _hits: dict[tuple[int, int], float] = field(default_factory=dict)
     _prompts: list[list[int]] = field(default_factory=list)
     offload_helps: bool | None = None
 
     # -- predictions -------------------------------------------------------------------------
-    def chains(self, block_size: int) -> _Chains:
+    def chains(self, block_size: int) -> Chains:
         if block_size not in self._chains:
-            self._chains[block_size] = _chains(self._prompts, block_size)
+            self._chains[block_size] = chains_of(self._prompts, block_size)
         return self._chains[block_size]
 
     def hit_share(self, block_size: int, capacity_tokens: int) -> float:
@@ -148,16 +102,22 @@ class Prior:
             return {}
         gpu, block, pool = cap
         caching = values.get("enable_prefix_caching", True) is not False
-        gpu_only = self.hit_share(block, gpu) if caching else 0.0
+        if_caching = self.hit_share(block, gpu)
         out: dict[str, Any] = {
             "gpu_kv_tokens": gpu,
             "block_size": block,
-            "prefix_hit_gpu": round(gpu_only, 4),
+            "working_set_tokens": self.chains(block).distinct * block,
+            "prefix_hit_gpu": round(if_caching if caching else 0.0, 4),
             "prefix_hit_bound": round(self.chains(block).prompt_tokens and self.bound(block), 4),
         }
+        if not caching:  # what the same memory would serve with prefix caching on
+            out["prefix_hit_if_caching"] = round(if_caching, 4)
         if pool:
             out["pool_tokens"] = pool
-            out["prefix_hit_with_pool"] = round(self.hit_share(block, max(gpu, pool)) if caching else 0.0, 4)
+            # a write-through pool: with caching on the cache holds about max(GPU, pool) tokens; with it
+            # off the GPU keeps no prefixes, but the connector still serves repeated prompt tokens from
+            # its host pool (the native OffloadingConnector, measured on the H200)
+            out["prefix_hit_with_pool"] = round(self.hit_share(block, max(gpu, pool) if caching else pool), 4)
         return out
 
     def bound(self, block_size: int) -> float:
@@ -165,26 +125,31 @@ class Prior:
 
     # -- the study's hooks -------------------------------------------------------------------
     def veto(self, study: optuna.Study, values: Mapping[str, Any]) -> str | None:
-        """Offload that cannot add hits is measured once, as a check; later ones are not launched."""
-        if not float(values.get(POOL_PARAM) or 0):
+        """A region the prior predicts no better (offload that cannot add hits) or far worse (prefix
+        caching off without a pool at high predicted reuse) is measured once, as a check; later
+        proposals in it are not launched. The reason says what the prior computed."""
+        pool = float(values.get(POOL_PARAM) or 0)
+        caching = values.get("enable_prefix_caching", True) is not False
+        if not pool and caching:
             return None
         p = self.predict(values)
-        if not p or p.get("prefix_hit_with_pool", 0.0) - p["prefix_hit_gpu"] >= GAIN:
+        if not p:
             return None
-        for t in study.get_trials(deepcopy=False):
-            if t.state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED):
-                rec = read_record(t)
-                if (
-                    float(t.params.get(POOL_PARAM) or 0)
-                    and rec.failure != "prior"
-                    and rec.duplicate_of is None
-                ):
-                    return (
-                        f"offload cannot add prefix hits here: the working set fits the GPU KV "
-                        f"({p['gpu_kv_tokens']:,} tokens; predicted {p['prefix_hit_gpu']:.1%} without the pool, "
-                        f"{p['prefix_hit_with_pool']:.1%} with it), and trial {t.number} already checked offload"
-                    )
-        return None
+        if pool:
+            if p.get("prefix_hit_with_pool", 0.0) - p["prefix_hit_gpu"] >= GAIN:
+                return None
+            region, why = "offload", no_gain_reason(p, caching)
+        else:
+            if p["prefix_hit_if_caching"] < FAR_WORSE:
+                return None
+            region = "prefix caching off without a host pool"
+            why = (
+                f"prefix caching off without a host pool serves no prefix hits, where caching on predicts "
+                f"{p['prefix_hit_if_caching']:.1%} of prompt tokens here (GPU KV {p['gpu_kv_tokens']:,} tokens, "
+                f"working set {p['working_set_tokens']:,} tokens)"
+            )
+        checked = checked_by(study, pool_trial=bool(pool))
+        return None if checked is None else f"{why}, and trial {checked} already checked {region}"
 
     def enqueue(self, study: optuna.Study) -> list[dict[str, Any]]:
         """Enqueue the candidates no trial has measured or queued yet (after the baseline)."""
@@ -229,36 +194,47 @@ def _tokenize(workload: Workload, model: str) -> tuple[list[list[int]], str]:
     return [tok.prompt_ids(r) for r in workload.requests], tok.name
 
 
+Row = tuple[float, dict[str, Any], tuple[int, int, int]]
+DTYPE_PARAM = "kv_cache_dtype"
+
+
+def _rows(prior: Prior, setup: PriorInputs, base: dict[str, Any], kv_knobs: list[str]) -> list[Row]:
+    """(predicted hits, values, capacity) of every memory setting: KV size x block size x KV dtype."""
+    tunable = prior.space.tunable
+    grid: list[tuple[str, list[Any]]] = [
+        (n, _values_of(tunable[n])) for n in (*kv_knobs[:1], "block_size", DTYPE_PARAM) if n in tunable
+    ]
+    configs: list[dict[str, Any]] = [dict(base)]
+    for name, options in grid:
+        configs = [{**c, name: v} for c in configs for v in options]
+    rows: list[Row] = []
+    for values in configs:
+        values.pop(POOL_PARAM, None)
+        if "enable_prefix_caching" in tunable:
+            values["enable_prefix_caching"] = True
+        if setup.fit_reasons(render_values(prior.space, values).args):
+            continue
+        cap = prior.capacity(values)
+        if cap is not None:
+            rows.append((prior.hit_share(cap[1], cap[0]), values, cap))
+    return rows
+
+
 def build_prior(setup: PriorInputs) -> Prior:
     """The prior for this setup (needs the memory estimate: without --check-memory it says so)."""
-    space = setup.space
-    prior = Prior(lines=[], space=space, _setup=setup)
+    prior = Prior(lines=[], space=setup.space, _setup=setup)
     if setup.guard is None:
         prior.lines.append("prior: off (memory checks are off, so KV capacities are unknown)")
         return prior
     prior._prompts, tok_name = _tokenize(setup.workload, setup.model)
-    tunable = space.tunable
-    base = _defaults(space)
-    blocks = [b for b in _values_of(tunable["block_size"])] if "block_size" in tunable else [None]
+    tunable = setup.space.tunable
+    base = _defaults(setup.space)
+    conc = peak_concurrency(setup.workload, getattr(setup, "arrival", None))
+    prior.space, seq_lines, seqs = seqs_plan(prior.space, conc)
+    if seqs is not None:
+        base[SEQS_PARAM] = seqs
     kv_knobs = [n for n in KV_PARAMS if n in tunable]
-    kv_values = _values_of(tunable[kv_knobs[0]]) if kv_knobs else [None]
-    rows: list[tuple[float, dict[str, Any], tuple[int, int, int]]] = []
-    for kv in kv_values:
-        for b in blocks:
-            values = dict(base)
-            if kv is not None:
-                values[kv_knobs[0]] = kv
-            if b is not None:
-                values["block_size"] = b
-            values.pop(POOL_PARAM, None)
-            if "enable_prefix_caching" in tunable:
-                values["enable_prefix_caching"] = True
-            if setup.fit_reasons(render_values(space, values).args):
-                continue
-            cap = prior.capacity(values)
-            if cap is None:
-                continue
-            rows.append((prior.hit_share(cap[1], cap[0]), values, cap))
+    rows = _rows(prior, setup, base, kv_knobs)
     if not rows:
         prior.lines.append(
             "prior: no configuration of the space has a KV estimate here: no informed candidates"
@@ -273,10 +249,19 @@ def build_prior(setup: PriorInputs) -> Prior:
         f"{ch.distinct * first_block:,} tokens = {ch.distinct * first_block * per_token / GiB:.2f} GiB of KV"
     )
     default_block = tunable["block_size"].default if "block_size" in tunable else None
+    default_dtype = tunable[DTYPE_PARAM].default if DTYPE_PARAM in tunable else None
     best_hit = max(r[0] for r in rows)
-    # ties (within GAIN): vLLM's default block size first, then the largest KV
+    # ties (within GAIN): the model's KV dtype first (fp8 changes numerics: only when it buys hits),
+    # then vLLM's default block size, then the largest KV
     close = [r for r in rows if r[0] >= best_hit - GAIN]
-    close.sort(key=lambda r: (r[2][1] == default_block, r[2][0]), reverse=True)
+    close.sort(
+        key=lambda r: (
+            r[1].get(DTYPE_PARAM, default_dtype) == default_dtype,
+            r[2][1] == default_block,
+            r[2][0],
+        ),
+        reverse=True,
+    )
     hit, best, (gpu, block, _) = close[0]
     # every value at vLLM's default (as the space names it): the baseline measures it already
     is_baseline = all(tunable[n].default is not None and v == tunable[n].default for n, v in best.items())
@@ -284,10 +269,18 @@ def build_prior(setup: PriorInputs) -> Prior:
         prior.candidates.append(dict(best))
     bound = prior.bound(block)
     prior.lines.append(
-        f"prior: best memory setting {_fmt(best, [*kv_knobs, 'block_size'])}"
+        f"prior: best memory setting {_fmt(best, [*kv_knobs, 'block_size', DTYPE_PARAM])}"
         + (" (vLLM's defaults: the baseline measures it)" if is_baseline and best else "")
         + f": KV cache {gpu:,} tokens, predicted prefix hits {hit:.1%} of prompt tokens (unlimited cache: {bound:.1%})"
     )
+    prior.lines += _dtype_lines(prior, rows, best, default_dtype) + seq_lines
+    if SEQS_PARAM in tunable and (
+        held := kv_concurrency(gpu, [len(x) for x in prior._prompts], setup.workload)
+    ):
+        prior.lines.append(
+            f"prior: that KV cache holds about {held:,} requests of the workload's mean length at once "
+            f"({SEQS_PARAM} above it adds concurrency only by preempting)"
+        )
     if POOL_PARAM in tunable:
         prior.space = _offload_plan(prior, tunable[POOL_PARAM], best, gpu, block, hit, ch.distinct * block)
     prior.lines.append(
@@ -300,6 +293,25 @@ def build_prior(setup: PriorInputs) -> Prior:
     return prior
 
 
+def _dtype_lines(prior: Prior, rows: list[Row], best: dict[str, Any], default: Any) -> list[str]:
+    """What the KV dtype does at the best memory setting: tokens held and predicted hits per dtype."""
+    if DTYPE_PARAM not in prior.space.tunable:
+        return []
+    same = [r for r in rows if all(r[1].get(k) == v for k, v in best.items() if k != DTYPE_PARAM)]
+    parts = [f"{r[1].get(DTYPE_PARAM)}: {r[2][0]:,} tokens, predicted hits {r[0]:.1%}" for r in same]
+    chosen = best.get(DTYPE_PARAM, default)
+    note = prior.space.parameters[DTYPE_PARAM].opt_in or ""
+    return [
+        f"prior: {DTYPE_PARAM} at that setting: "
+        + "; ".join(parts)
+        + (
+            f"; {chosen} chosen: {note}"
+            if chosen != default
+            else f"; {default} kept (fp8 adds under {GAIN:.0%})"
+        )
+    ]
+
+
 def _offload_plan(
     prior: Prior, pool: Parameter, best: dict[str, Any], gpu: int, block: int, hit: float, working_tokens: int
 ) -> SearchSpace:
@@ -307,9 +319,9 @@ def _offload_plan(
     sizes = sorted(float(c) for c in _values_of(pool) if float(c or 0) > 0)
     if not sizes:
         return space
-    per_pool = [(s, prior.hit_share(block, max(gpu, _pool_tokens(prior, s)))) for s in sizes]
+    per_pool = [(s, prior.hit_share(block, max(gpu, _pool_tokens(prior, s, best)))) for s in sizes]
     top = max(h for _, h in per_pool)
-    holding = next((s for s in sizes if _pool_tokens(prior, s) >= working_tokens), sizes[-1])
+    holding = next((s for s in sizes if _pool_tokens(prior, s, best) >= working_tokens), sizes[-1])
     if top - hit >= GAIN:
         prior.offload_helps = True
         chosen = next(s for s, h in per_pool if h >= top - GAIN / 4)
@@ -345,9 +357,13 @@ def _as_choice(p: Parameter, value: float) -> Any:
     return value
 
 
-def _pool_tokens(prior: Prior, gib: float) -> int:
-    assert prior._setup is not None and prior._setup.guard is not None
-    per_token = prior._setup.guard.kv_bytes_per_token(prior._setup.engine_argv())  # the fixed flags' types
+def _pool_tokens(prior: Prior, gib: float, values: Mapping[str, Any]) -> int:
+    """Tokens a host pool of ``gib`` holds at this configuration's KV dtype (fp8 halves a token)."""
+    setup = prior._setup
+    assert setup is not None and setup.guard is not None
+    per_token = setup.guard.kv_bytes_per_token(
+        setup.engine_argv(render_values(prior.space, dict(values)).args)
+    )
     return int(gib * GiB / per_token) if per_token else 0
 
 

@@ -11,12 +11,16 @@ from pathlib import Path
 import optuna
 import pytest
 
+from autotune.bench import ArrivalSpec
 from autotune.memory import GiB
 from autotune.space import SearchSpace, load_search_space
+from autotune.spec import StudySpec
 from autotune.study import TrialRecord, TrialStatus, write_record
 from autotune.trial import MemoryGuard
-from autotune.tuning import TuningChoices, build_setup
-from autotune.tuning._prior import _chains, build_prior, lru_hit_share
+from autotune.tuning import build_setup
+from autotune.tuning._prior import build_prior, lru_hit_share
+from autotune.tuning._prior_lru import chains_of as _chains
+from autotune.tuning._prior_seqs import peak_concurrency
 from autotune.workload import Workload, load_workload
 from tests.unit.conftest import FakeProbe, config_path, h100
 
@@ -56,7 +60,7 @@ def test_the_prior_enqueues_the_best_predicted_memory_setting_and_explains_it(
     tmp_path: Path, tiny_model: Path
 ) -> None:
     wl = _workload(tmp_path / "w.jsonl", docs=6, words=200, repeats=3)
-    choices = TuningChoices(workload=wl, model=str(tiny_model), engine_args=("--max-model-len=2048",))
+    choices = StudySpec(workload=wl, model=str(tiny_model), engine_args=("--max-model-len=2048",))
     with build_setup(choices) as setup:
         prior = setup.apply_prior()
         assert prior is not None
@@ -97,6 +101,7 @@ class _Inputs:
     workload: Workload
     guard: MemoryGuard | None
     model: str
+    arrival: ArrivalSpec | None = None
 
     def engine_argv(self, tuned_args: Sequence[str] = ()) -> list[str]:
         return ["--max-model-len", "8192", *tuned_args]
@@ -106,13 +111,13 @@ class _Inputs:
         return tuple(self.guard.check(self.engine_argv(tuned_args)).reasons)
 
 
-def _gpu_inputs(tmp_path: Path, docs: int) -> _Inputs:
+def _gpu_inputs(tmp_path: Path, docs: int, space: str = GPU_SPACE) -> _Inputs:
     model = tmp_path / "llama-3-8b"
     model.mkdir()
     shutil.copy(config_path("llama-3-8b"), model / "config.json")
     probe = FakeProbe(gpu_list=[h100()], host=(256 * GiB, 200 * GiB))
     guard = MemoryGuard.for_model(str(model), "cuda", probe=probe)
-    (tmp_path / "space.yaml").write_text(GPU_SPACE)
+    (tmp_path / "space.yaml").write_text(space)
     wl = load_workload(_workload(tmp_path / "w.jsonl", docs=docs, words=1000, repeats=3))
     return _Inputs(load_search_space(tmp_path / "space.yaml"), wl, guard, str(model))
 
@@ -175,3 +180,150 @@ def test_an_fp8_kv_cache_holds_twice_the_tokens_on_the_gpu_and_in_the_host_pool(
     assert wide is not None and narrow is not None
     assert narrow[0] >= 2 * wide[0] - 16  # GPU KV tokens (whole blocks)
     assert narrow[2] == 2 * wide[2] == 2 * (8 * GiB // (128 * 1024))  # Llama-3-8B: 128 KiB a token in bf16
+
+
+CACHING_SPACE = (
+    GPU_SPACE
+    + """
+  enable_prefix_caching: {type: bool, flag: --enable-prefix-caching, default: true}
+"""
+)
+
+
+def _measured(study: optuna.Study, params: dict[str, object]) -> None:
+    """One trial measured with ``params`` (as the study would record it)."""
+    dists = {
+        "cpu_swap_space_gb": optuna.distributions.CategoricalDistribution((0, 8, 16, 64)),
+        "enable_prefix_caching": optuna.distributions.CategoricalDistribution((True, False)),
+    }
+    study.enqueue_trial(params)
+    t = study.ask({k: v for k, v in dists.items() if k in params})
+    write_record(t, TrialRecord(status=TrialStatus.OK))
+    study.tell(t, 1.0)
+
+
+def test_with_prefix_caching_off_a_host_pool_still_serves_repeated_prompts_and_is_not_vetoed(
+    tmp_path: Path,
+) -> None:
+    """H200, issue 31: with caching off the native OffloadingConnector serves repeated prompt tokens
+    from its host pool. The old prior predicted 0% with and without the pool and vetoed it as "the
+    working set fits the GPU KV (47,232 tokens" while the working set was 228,384 tokens."""
+    prior = build_prior(_gpu_inputs(tmp_path, docs=60, space=CACHING_SPACE))
+    off = {
+        "gpu_memory_utilization": 0.3,
+        "block_size": 16,
+        "enable_prefix_caching": False,
+        "cpu_swap_space_gb": 8,
+    }
+    p = prior.predict(off)
+    assert p["prefix_hit_gpu"] == 0.0 and p["prefix_hit_with_pool"] > 0.5
+    assert p["working_set_tokens"] > p["gpu_kv_tokens"]
+    study = optuna.create_study()
+    _measured(study, {"cpu_swap_space_gb": 8, "enable_prefix_caching": True})
+    assert prior.veto(study, off) is None
+
+
+def test_the_offload_veto_says_the_working_set_and_the_gpu_kv_the_prior_computed(tmp_path: Path) -> None:
+    prior = build_prior(_gpu_inputs(tmp_path, docs=8, space=CACHING_SPACE))
+    study = optuna.create_study()
+    _measured(study, {"cpu_swap_space_gb": 8, "enable_prefix_caching": True})
+    on = {"gpu_memory_utilization": 0.3, "block_size": 16, "cpu_swap_space_gb": 16}
+    p = prior.predict(on)
+    why = prior.veto(study, on)
+    assert why is not None and p["working_set_tokens"] <= p["gpu_kv_tokens"]
+    assert why.startswith(
+        f"offload cannot add prefix hits here: the working set ({p['working_set_tokens']:,} tokens) fits the "
+        f"GPU KV ({p['gpu_kv_tokens']:,} tokens; "
+    )
+    # caching off, pool on, little reuse left for the pool: the reason says so, not "fits the GPU KV"
+    (tmp_path / "u").mkdir()
+    no_reuse = build_prior(_gpu_inputs(tmp_path / "u", docs=8, space=CACHING_SPACE))
+    no_reuse._prompts = [list(range(i * 5000, i * 5000 + 1000)) for i in range(8)]  # nothing repeats
+    no_reuse._chains.clear()
+    no_reuse._hits.clear()
+    why = no_reuse.veto(study, {**on, "enable_prefix_caching": False})
+    assert why is not None and "with prefix caching off the GPU keeps no prefixes" in why
+    assert "fits the GPU KV" not in why
+
+
+def test_prefix_caching_off_without_a_pool_at_high_reuse_is_measured_once_then_vetoed(tmp_path: Path) -> None:
+    prior = build_prior(_gpu_inputs(tmp_path, docs=8, space=CACHING_SPACE))  # each document read 3 times
+    off = {
+        "gpu_memory_utilization": 0.3,
+        "block_size": 16,
+        "enable_prefix_caching": False,
+        "cpu_swap_space_gb": 0,
+    }
+    assert prior.predict(off)["prefix_hit_if_caching"] > 0.6
+    study = optuna.create_study()
+    _measured(study, {"cpu_swap_space_gb": 0, "enable_prefix_caching": True})
+    assert prior.veto(study, off) is None  # not checked yet: measured once
+    _measured(study, {"cpu_swap_space_gb": 0, "enable_prefix_caching": False})
+    why = prior.veto(study, off)
+    assert why is not None and "caching on predicts" in why
+    assert why.endswith("and trial 1 already checked prefix caching off without a host pool")
+    assert prior.veto(study, {**off, "enable_prefix_caching": True}) is None
+
+
+SEQS_SPACE = (
+    GPU_SPACE
+    + """
+  max_num_seqs: {type: categorical, choices: [8, 16, 64, 256], flag: --max-num-seqs, default: 16}
+"""
+)
+
+
+def test_max_num_seqs_below_the_workloads_concurrency_is_never_proposed(tmp_path: Path) -> None:
+    inputs = _gpu_inputs(tmp_path, docs=8, space=SEQS_SPACE)
+    inputs.arrival = ArrivalSpec(mode="closed", concurrency=20)
+    prior = build_prior(inputs)
+    assert prior.space.parameters["max_num_seqs"].choices == (64, 256)
+    assert all(c["max_num_seqs"] == 64 for c in prior.candidates)  # vLLM's default (16) would queue
+    text = "\n".join(prior.lines)
+    assert "closed loop: 20 sessions in flight" in text and "max_num_seqs below 20 would queue" in text
+    assert "requests of the workload's mean length at once" in text
+
+
+def test_open_loop_arrivals_count_overlapping_requests_as_a_lower_bound(tmp_path: Path) -> None:
+    path = tmp_path / "w.jsonl"
+    # one request every 0.1 s for 5 s, each generating 200 tokens: >= 1 s each at 5 ms a token
+    path.write_text(
+        "".join(json.dumps({"prompt": "p", "max_tokens": 200, "timestamp": i / 10}) + "\n" for i in range(50))
+    )
+    conc = peak_concurrency(load_workload(path), ArrivalSpec(mode="timestamps"))
+    assert conc is not None and conc.peak == 10
+    twice = peak_concurrency(load_workload(path), ArrivalSpec(mode="timestamps", speed=2.0))
+    assert twice is not None and twice.peak == 20
+
+
+DTYPE_SPACE = (
+    GPU_SPACE
+    + """
+  kv_cache_dtype:
+    type: categorical
+    choices: [auto, fp8]
+    flag: --kv-cache-dtype
+    default: auto
+    opt_in: fp8 KV changes numerics
+"""
+)
+
+
+def test_an_opted_in_fp8_kv_is_proposed_when_its_doubled_capacity_holds_the_working_set(
+    tmp_path: Path,
+) -> None:
+    inputs = _gpu_inputs(tmp_path, docs=60, space=DTYPE_SPACE)  # ~60k tokens against ~40k of bf16 KV
+    assert "kv_cache_dtype" not in build_prior(inputs).candidates[0]  # not enabled: never proposed
+    inputs.space = inputs.space.with_opt_in(["kv_cache_dtype"])
+    prior = build_prior(inputs)
+    assert prior.candidates[0]["kv_cache_dtype"] == "fp8"
+    auto = prior.predict({**prior.candidates[0], "kv_cache_dtype": "auto"})
+    fp8 = prior.predict(prior.candidates[0])
+    assert fp8["gpu_kv_tokens"] >= 2 * auto["gpu_kv_tokens"] - 16
+    assert fp8["prefix_hit_gpu"] > auto["prefix_hit_gpu"] + 0.3
+    line = next(x for x in prior.lines if x.startswith("prior: kv_cache_dtype at that setting"))
+    assert "fp8 chosen: fp8 KV changes numerics" in line
+    # a pool's tokens at the chosen dtype: 8 GiB hold twice the fp8 tokens
+    assert prior.predict({**prior.candidates[0], "cpu_swap_space_gb": 8})["pool_tokens"] == 2 * (
+        8 * GiB // (128 * 1024)
+    )
