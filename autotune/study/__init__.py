@@ -3,8 +3,19 @@ or a subprocess, and never imports ``engine`` or ``bench``."""
 
 from __future__ import annotations
 
+from autotune.study._baseline import (
+    REFERENCE_ATTR,
+    baseline_trial,
+    ensure_baseline,
+    load_or_create,
+    render_reference,
+)
+from autotune.study._best import best_feasible
+from autotune.study._gates import Gate, GateVerdict, standard_gates
 from autotune.study._journal import PendingJournal, storage_fault
+from autotune.study._measure import TrialMeasure, suggest_values
 from autotune.study._objective import Objective, parse_slo
+from autotune.study._orphans import OWNER_ATTR, fail_orphaned_trials
 from autotune.study._pruner import IncumbentPruner
 from autotune.study._record import (
     BASELINE_ATTR,
@@ -19,32 +30,28 @@ from autotune.study._record import (
     read_record,
     write_record,
 )
-from autotune.study._runner import (
-    REFERENCE_ATTR,
-    TrialReport,
-    baseline_trial,
-    best_feasible,
-    ensure_baseline,
-    failure_summary,
-    load_or_create,
-    render_reference,
-    run_study,
-    suggest_values,
-)
+from autotune.study._runner import StudyRunner, TrialHooks, TrialReport, run_study
 from autotune.study._storage import STORAGE_ENV, open_storage, redact_url, resolve_storage_url
+from autotune.study._summary import failure_summary
 
 __all__ = [
     "BASELINE_ATTR",
+    "OWNER_ATTR",
     "RECORD_VERSION",
     "REFERENCE_ATTR",
     "STORAGE_ENV",
     "Evaluator",
     "Figures",
+    "Gate",
+    "GateVerdict",
     "IncumbentPruner",
     "Metrics",
     "Objective",
     "PendingJournal",
     "Progress",
+    "StudyRunner",
+    "TrialHooks",
+    "TrialMeasure",
     "TrialRecord",
     "TrialReport",
     "TrialStatus",
@@ -52,6 +59,7 @@ __all__ = [
     "best_feasible",
     "constraints_hold",
     "ensure_baseline",
+    "fail_orphaned_trials",
     "failure_summary",
     "load_or_create",
     "open_storage",
@@ -61,6 +69,7 @@ __all__ = [
     "render_reference",
     "resolve_storage_url",
     "run_study",
+    "standard_gates",
     "storage_fault",
     "suggest_values",
     "write_record",

@@ -1,55 +1,48 @@
-"""The study loop: Optuna proposes, the evaluator measures, constraints steer the sampler.
+"""The study runner: it owns the loop, ask -> run -> tell, as Optuna's ``_run_trial`` does, for
+``run``, ``worker`` and ``nightly`` alike.
 
-The first trial of every study is the baseline: vLLM's defaults plus the user's fixed flags (or
-a named reference when the defaults cannot run here), so each study says what it gained. It is
-enqueued whenever the study has no measured baseline, so a baseline interrupted by Ctrl-C is
-measured on resume. Re-running a study with the same name and storage resumes it.
+Before each trial it fails the trials whose process is gone (see ``_orphans``); it asks for the
+next trial, taking a waiting baseline first while the study has no measured one (a baseline
+enqueued again after a kill must not wait behind the prior's candidates); it records this process
+as the trial's owner and keeps its heartbeat while the trial runs; the trial's values pass the
+gates (``_gates``) before the evaluator is asked (``_measure``); then the outcome is told to Optuna.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import optuna
+from optuna.storages._heartbeat import get_heartbeat_thread
 
 from autotune.errors import StorageError
-from autotune.space import Parameter, RenderedConfig, SearchSpace, describe_values, render_values
-from autotune.study._best import best_feasible, completed_trials
+from autotune.space import SearchSpace
+from autotune.study._baseline import baseline_trial, ensure_baseline
+from autotune.study._best import best_feasible
+from autotune.study._gates import Gate, Veto, is_baseline, standard_gates
 from autotune.study._journal import PendingJournal, storage_fault
+from autotune.study._measure import TrialMeasure
 from autotune.study._objective import Objective
+from autotune.study._orphans import claim_trial, fail_orphaned_trials
 from autotune.study._pruner import IncumbentPruner
 from autotune.study._record import (
     BASELINE_ATTR,
     Evaluator,
-    Figures,
     TrialRecord,
     TrialStatus,
     constraints_hold,
     read_record,
-    write_record,
 )
-from autotune.study._reuse import measured_twin, pruned_twin, refused_by, reuse_measurement, reuse_pruned
-from autotune.study._storage import open_storage, redact_url
 
-__all__ = [
-    "TrialReport",
-    "baseline_trial",
-    "best_feasible",
-    "ensure_baseline",
-    "failure_summary",
-    "load_or_create",
-    "render_reference",
-    "run_study",
-    "suggest_values",
-]
+__all__ = ["StudyRunner", "TrialHooks", "TrialReport", "run_study"]
 
 log = logging.getLogger(__name__)
-REFERENCE_ATTR = "reference_params"  # study attr: the baseline's params when it is not the defaults
+_State = optuna.trial.TrialState
 
 
 @dataclass(frozen=True)
@@ -65,126 +58,129 @@ class TrialReport:
     best_value: float | None
 
 
-def suggest_values(trial: optuna.Trial, space: SearchSpace) -> dict[str, Any]:
-    """Ask the trial for each tunable parameter whose condition holds (in declaration order)."""
-    values: dict[str, Any] = {}
-    for name, p in space.tunable.items():
-        if p.condition is not None and not p.condition.holds(values.get(p.condition.param)):
-            continue
-        values[name] = _suggest(trial, name, p)
-    return values
+@dataclass(frozen=True)
+class TrialHooks:
+    """What a caller hears of the loop: ``on_start(number, is_baseline, values)`` before a trial,
+    ``on_done(report)`` after it; ``should_stop()`` is asked after each trial."""
+
+    on_start: Callable[[int, bool, Mapping[str, Any]], None] | None = None
+    on_done: Callable[[TrialReport], None] | None = None
+    should_stop: Callable[[], bool] | None = None
 
 
-def _suggest(trial: optuna.Trial, name: str, p: Parameter) -> Any:
-    if p.type == "bool":
-        return trial.suggest_categorical(name, [True, False])
-    if p.type == "categorical":
-        assert p.choices is not None
-        return trial.suggest_categorical(name, list(p.choices))
-    assert p.low is not None and p.high is not None
-    if p.type == "int":
-        step = int(p.step) if p.step else 1
-        return trial.suggest_int(name, int(p.low), int(p.high), step=step, log=p.log)
-    return trial.suggest_float(name, p.low, p.high, step=p.step, log=p.log)
+@dataclass
+class StudyRunner:
+    """Runs trials of ``study``, each measured by ``measure``. ``trial_attrs`` are stored on every
+    trial run now (the nightly command tags its night); ``baseline_elsewhere``: another live
+    worker may be measuring the baseline right now."""
 
+    study: optuna.Study
+    measure: TrialMeasure
+    hooks: TrialHooks = field(default_factory=TrialHooks)
+    trial_attrs: Mapping[str, Any] = field(default_factory=dict)
+    baseline_elsewhere: bool = False
 
-def baseline_trial(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
-    """The measured baseline, if it ran."""
-    for t in completed_trials(study):
-        rec = read_record(t)
-        if rec.baseline and rec.ok:
-            return t
-    return None
-
-
-def _baseline_throughput(study: optuna.Study) -> float | None:
-    base = baseline_trial(study)
-    figures = read_record(base).figures if base else None
-    return (figures.output_throughput or None) if figures else None
-
-
-def render_reference(space: SearchSpace, reference: Mapping[str, Any] | None) -> RenderedConfig:
-    """The baseline's flags: none (vLLM's defaults), or the study's runnable reference."""
-    return render_values(space, dict(reference)) if reference else RenderedConfig(args=())
-
-
-def ensure_baseline(
-    study: optuna.Study, reference: Mapping[str, Any] | None = None, *, running_counts: bool = False
-) -> bool:
-    """Enqueue the baseline unless the study has a measured one or one waiting (True: enqueued).
-
-    ``reference``: the parameters of a runnable reference when vLLM's defaults cannot run here
-    (stored on the study, so every worker and every later run measures the same one). Two workers
-    racing here may both enqueue; the second baseline then reuses the first one's measurement.
-    ``running_counts``: a baseline being measured counts as pending (a parallel worker's view; a
-    lone run must not count one that a killed process left RUNNING).
-    """
-    if reference is not None:
-        study.set_user_attr(REFERENCE_ATTR, dict(reference))
-    # One read of the trials decides: a baseline read RUNNING by one query and COMPLETE by the next
-    # (it finished in between) counts in neither, and was enqueued again (two PostgreSQL workers in
-    # CI, with an evaluator that takes milliseconds).
-    state = optuna.trial.TrialState
-    for t in study.get_trials(deepcopy=False):
-        if not t.user_attrs.get(BASELINE_ATTR):
-            continue
-        if t.state is state.WAITING or (running_counts and t.state is state.RUNNING):
-            return False
-        if t.state is state.COMPLETE and read_record(t).ok:
-            return False
-    study.enqueue_trial({}, user_attrs={BASELINE_ATTR: True})
-    return True
-
-
-def load_or_create(storage_url: str, study_name: str, objective: Objective, seed: int | None) -> optuna.Study:
-    storage = open_storage(storage_url)
-    sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=4, multivariate=True)
-    try:
-        try:  # the creator enqueues the baseline first, ahead of anything a caller enqueues
-            study = optuna.create_study(
-                storage=storage, study_name=study_name, direction=objective.direction, sampler=sampler
+    def run(self, n_trials: int | None, timeout_s: float | None = None) -> optuna.Study:
+        """Run ``n_trials`` more trials (None: until ``timeout_s`` or ``should_stop``); a study
+        without a measured baseline measures it first."""
+        fail_orphaned_trials(self.study)
+        ensure_baseline(self.study, running_counts=self.baseline_elsewhere)
+        if self.measure.pruner is not None:
+            self.study.pruner = self.measure.pruner
+        started, ran = time.monotonic(), 0
+        try:
+            while n_trials is None or ran < n_trials:
+                if timeout_s is not None and time.monotonic() - started >= timeout_s:
+                    break
+                frozen = self.run_one()
+                ran += 1
+                self._after(frozen)
+                if self.hooks.should_stop is not None and self.hooks.should_stop():
+                    break
+        except Exception as exc:
+            cause = storage_fault(exc)
+            if cause is None:
+                raise
+            journal = self.measure.journal
+            kept = (
+                f"; the measurement is kept in {journal.directory} and added on the next run"
+                if journal
+                else ""
             )
-            study.enqueue_trial({}, user_attrs={BASELINE_ATTR: True})
-        except optuna.exceptions.DuplicatedStudyError:
-            study = optuna.load_study(study_name=study_name, storage=storage, sampler=sampler)
-            _await_creators_baseline(study)
-    except StorageError:
-        raise
-    except Exception as exc:  # sqlalchemy/optuna errors on a broken database
-        raise StorageError(
-            f"storage {redact_url(storage_url)}: cannot open study {study_name!r}: {_first_line(exc)}"
-        ) from exc
-    if study.direction.name.lower() != objective.direction:
-        raise StorageError(
-            f"study {study_name!r} is {study.direction.name.lower()}d, but --objective {objective.metric} is "
-            f"{objective.direction}d (fix: pass the study's objective, or a new --study name)"
+            raise StorageError(f"the study storage failed while recording a trial: {cause}{kept}") from exc
+        finally:
+            self.study._storage.remove_session()
+        return self.study
+
+    def run_one(self) -> optuna.trial.FrozenTrial:
+        """Ask, run, tell: one trial; what the storage holds of it afterwards."""
+        fail_orphaned_trials(self.study)
+        trial = self._ask()
+        claim_trial(trial)
+        state, value, error = _State.COMPLETE, None, None
+        with get_heartbeat_thread(trial._trial_id, self.study._storage):
+            try:
+                value = self._run(trial)
+            except optuna.TrialPruned as exc:
+                state = _State.PRUNED
+                log.info("trial %d pruned: %s", trial.number, exc)
+            except (Exception, KeyboardInterrupt) as exc:
+                state, error = _State.FAIL, exc
+        if state is _State.COMPLETE:
+            frozen = self.study.tell(trial, value)
+        else:
+            frozen = self.study.tell(trial, state=state)
+        if error is not None:
+            log.warning("trial %d failed: %r", trial.number, error)
+            raise error
+        return frozen
+
+    def _ask(self) -> optuna.Trial:
+        """Optuna's next trial, except that a waiting baseline goes first while none is measured."""
+        study = self.study
+        waiting = study.get_trials(deepcopy=False, states=(_State.WAITING,))
+        base = next((t for t in waiting if t.user_attrs.get(BASELINE_ATTR)), None)
+        if base is not None and base is not waiting[0] and baseline_trial(study) is None:
+            try:
+                if study._storage.set_trial_state_values(base._trial_id, state=_State.RUNNING):
+                    study._thread_local.cached_all_trials = None
+                    return optuna.Trial(study, base._trial_id)
+            except optuna.exceptions.UpdateFinishedTrialError:
+                pass  # taken and finished by another worker meanwhile
+        with (
+            warnings.catch_warnings()
+        ):  # "heartbeat ... supposed to be used with Study.optimize": this is that loop
+            warnings.filterwarnings("ignore", message="Heartbeat of storage")
+            return study.ask()
+
+    def _run(self, trial: optuna.Trial) -> float:
+        for key, val in self.trial_attrs.items():
+            trial.set_user_attr(key, val)
+        baseline = is_baseline(trial)
+        values = self.measure.values(trial)
+        label = "baseline" + (f" (reference {values})" if values else " (vLLM defaults)")
+        log.info("trial %d %s", trial.number, label if baseline else values)
+        if self.hooks.on_start is not None:
+            self.hooks.on_start(trial.number, baseline, values)
+        return self.measure(trial, values)
+
+    def _after(self, frozen: optuna.trial.FrozenTrial) -> None:
+        if self.measure.journal is not None:
+            self.measure.journal.discard(frozen.number)  # the storage holds it now
+        if self.hooks.on_done is None:
+            return
+        best = best_feasible(self.study)
+        rec = read_record(frozen)
+        report = TrialReport(
+            number=frozen.number,
+            params=frozen.params,
+            record=rec,
+            value=frozen.value if rec.status is TrialStatus.OK else None,
+            feasible=rec.ok and constraints_hold(rec.constraints or (1.0,)),
+            best_number=best.number if best else None,
+            best_value=best.value if best else None,
         )
-    existing = study.user_attrs.get("objective")
-    if existing and existing != objective.metric:
-        raise StorageError(
-            f"study {study_name!r} optimises {existing}, not {objective.metric} "
-            "(fix: pass the same --objective, or a new --study name)"
-        )
-    study.set_user_attr("objective", objective.metric)
-    return study
-
-
-# How long a worker that found the study just created waits for its creator's baseline: the creator
-# enqueues it right after creating (milliseconds); only a creator killed in between leaves none.
-_CREATOR_GRACE_S = 5.0
-
-
-def _await_creators_baseline(study: optuna.Study, grace_s: float = _CREATOR_GRACE_S) -> None:
-    """Creating a study and enqueuing its baseline are two steps: a worker that loads the study in
-    between and enqueued its own would give the study two baselines, measured at once (seen in CI
-    with two PostgreSQL workers). While the study has no trial, wait for the creator's."""
-    deadline = time.monotonic() + grace_s
-    while not study.get_trials(deepcopy=False) and time.monotonic() < deadline:
-        time.sleep(0.05)
-
-
-def _first_line(exc: BaseException) -> str:
-    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        self.hooks.on_done(report)
 
 
 def run_study(
@@ -203,197 +199,24 @@ def run_study(
     journal: PendingJournal | None = None,
     pruner: IncumbentPruner | None = None,
     predict: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None,
-    veto: Callable[[optuna.Study, Mapping[str, Any]], str | None] | None = None,
+    veto: Veto | None = None,
     before_replay: Callable[[], None] | None = None,
     baseline_elsewhere: bool = False,
+    gates: Sequence[Gate] | None = None,
 ) -> optuna.Study:
-    """Run ``n_trials`` more trials (None: until ``timeout_s`` or ``should_stop``); a study without a
-    measured baseline measures it first. ``trial_attrs`` are stored on every trial run now (the
-    nightly command tags its night); ``should_stop`` is asked after each trial.
-
-    ``pruner``: stops a trial early when its running objective is worse than the incumbent's
-    beyond the noise (never the baseline); the trial is recorded ``pruned`` with its partial
-    figures. ``predict``: what the workload-aware prior expects of a configuration, stored next
-    to what was measured. ``veto``: why a configuration is not worth launching (None: launch it).
-    ``before_replay``: called (it may block) once a trial's engine is up, before it replays; not
-    for the baseline (parallel workers hold their replays until the baseline is measured).
-    ``baseline_elsewhere``: another live worker may be measuring the baseline right now."""
-    ensure_baseline(study, running_counts=baseline_elsewhere)
-    if pruner is not None:
-        study.pruner = pruner
-
-    def _progress(trial: optuna.Trial, is_baseline: bool) -> Callable[[int, Mapping[str, Any]], str | None]:
-        def report(step: int, partial: Mapping[str, Any]) -> str | None:
-            if step == 0:  # the engine is up, the replay not started
-                if before_replay is not None and not is_baseline:
-                    before_replay()
-                return None
-            value = Figures(dict(partial)).get(objective.metric)
-            if value is None:
-                return None
-            trial.report(value, step)
-            if is_baseline or pruner is None or not trial.should_prune():
-                return None
-            return pruner.last_reason or "pruned"
-
-        return report
-
-    def objective_fn(trial: optuna.Trial) -> float:
-        for key, val in (trial_attrs or {}).items():
-            trial.set_user_attr(key, val)
-        is_baseline = bool(trial.user_attrs.get(BASELINE_ATTR))
-        reference = study.user_attrs.get(REFERENCE_ATTR) if is_baseline else None
-        values = dict(reference or {}) if is_baseline else suggest_values(trial, space)
-        rendered = render_values(space, values) if values else RenderedConfig(args=())
-        label = "baseline" + (f" (reference {values})" if values else " (vLLM defaults)")
-        log.info("trial %d %s", trial.number, label if is_baseline else values)
-        if on_trial_start is not None:
-            on_trial_start(trial.number, is_baseline, values)
-        measured_base = baseline_trial(study) if is_baseline else None
-        twin = (
-            measured_base
-            if measured_base is not None
-            else (None if is_baseline or not reuse_duplicates else measured_twin(study, trial.number, values))
-        )
-        if twin is not None:  # samplers re-propose configs; a vLLM start is too dear to spend on a repeat
-            log.info(
-                "trial %d: same configuration as trial %d, its measurement is reused",
-                trial.number,
-                twin.number,
-            )
-            return reuse_measurement(trial, twin, is_baseline)
-        stopped = None if is_baseline or not reuse_duplicates else pruned_twin(study, trial.number, values)
-        if stopped is not None:
-            log.info("trial %d: same configuration as trial %d, which was pruned: not launched", trial.number,
-                     stopped.number)  # fmt: skip
-            reuse_pruned(trial, stopped)
-        refused = None if is_baseline else refused_by(study, values)
-        if refused is not None:
-            log.info(
-                "trial %d: %s was refused by the engine in trial %d: not launched",
-                trial.number,
-                refused[1],
-                refused[0],
-            )
-            record = TrialRecord(
-                status=TrialStatus.INFEASIBLE,
-                failure="bad_flag",
-                reason=f"{refused[1]} was refused by the engine in trial {refused[0]}: not launched again",
-            )
-        else:
-            vetoed = None if is_baseline or veto is None else veto(study, values)
-            if vetoed is not None:
-                log.info("trial %d: not launched: %s", trial.number, vetoed)
-                record = TrialRecord(status=TrialStatus.INFEASIBLE, failure="prior", reason=vetoed)
-            else:
-                record = evaluator(trial.number, rendered, _progress(trial, is_baseline))
-        if predict is not None:
-            record = record.with_(predicted=dict(predict(values)))
-        if record.status is TrialStatus.PRUNED:
-            log.info("trial %d pruned: %s", trial.number, record.reason)
-            write_record(
-                trial, record.with_(rendered_args=tuple(rendered.args), rendered_env=dict(rendered.env))
-            )
-            raise optuna.TrialPruned(record.reason)
-        baseline_tput = None if is_baseline else _baseline_throughput(study)
-        constraints = objective.constraints(
-            record.figures.as_dict() if record.figures else None,
-            baseline_tput,
-            feasible=record.ok,
-            memory_violations=len(record.violations),
-        )
-        names = objective.constraint_names()
-        record = record.with_(
-            rendered_args=tuple(rendered.args),
-            rendered_env=dict(rendered.env),
-            baseline=is_baseline,
-            reference=describe_values(space, values) if is_baseline and values else None,
-            constraints=tuple(constraints),
-            constraint_names=tuple(names),
-        )
-        value = objective.penalty()
-        if record.figures is not None:
-            measured = record.figures.get(objective.metric)
-            if measured is not None and not math.isnan(measured):
-                value = measured
-        if journal is not None:  # kept locally until the storage has it (a full disk loses nothing)
-            attrs = {**trial.user_attrs, **record.to_attrs()}
-            journal.save(trial, value, attrs, dict(zip(names, constraints, strict=True)))
-        write_record(trial, record)
-        for cname, cvalue in zip(names, constraints, strict=True):
-            trial.set_constraint(cname, cvalue)  # the sampler learns the infeasible region from these
-        return value
-
-    def callback(st: optuna.Study, frozen: optuna.trial.FrozenTrial) -> None:
-        if journal is not None:
-            journal.discard(frozen.number)  # the storage holds it now
-        if should_stop is not None and should_stop():
-            st.stop()
-        if on_trial_done is None:
-            return
-        best = best_feasible(st)
-        rec = read_record(frozen)
-        on_trial_done(
-            TrialReport(
-                number=frozen.number,
-                params=frozen.params,
-                record=rec,
-                value=frozen.value if rec.status is TrialStatus.OK else None,
-                feasible=rec.ok and constraints_hold(rec.constraints or (1.0,)),
-                best_number=best.number if best else None,
-                best_value=best.value if best else None,
-            )
-        )
-
-    try:
-        study.optimize(objective_fn, n_trials=n_trials, timeout=timeout_s, callbacks=[callback])
-    except Exception as exc:
-        cause = storage_fault(exc)
-        if cause is None:
-            raise
-        kept = (
-            f"; the measurement is kept in {journal.directory} and added on the next run" if journal else ""
-        )
-        raise StorageError(f"the study storage failed while recording a trial: {cause}{kept}") from exc
-    return study
-
-
-def failure_summary(study: optuna.Study) -> str | None:
-    """Why the study has no feasible trial, from the dominant reason, with the fix that reason needs
-    (None when a trial is feasible)."""
-    if best_feasible(study) is not None:
-        return None
-    classes: dict[str, int] = {}
-    requests: dict[str, int] = {}
-    trials = [read_record(t) for t in completed_trials(study) if t.user_attrs.get("status")]
-    for rec in trials:
-        if rec.ok and rec.figures is not None and rec.figures.failed:
-            classes["failed_requests"] = classes.get("failed_requests", 0) + 1
-            for why, n in rec.figures.failures.items():
-                requests[why] = requests.get(why, 0) + n
-        elif not rec.ok:
-            key = rec.failure or "failed"
-            classes[key] = classes.get(key, 0) + 1
-            if rec.failure == "no_success" and rec.figures is not None:
-                for why, n in rec.figures.failures.items():
-                    requests[why] = requests.get(why, 0) + n
-        else:
-            classes["constraints"] = classes.get("constraints", 0) + 1
-    if not classes:
-        return "no trial finished"
-    top, count = max(classes.items(), key=lambda kv: kv[1])
-    fixes = {
-        "failed_requests": "the server refused requests of the workload, whatever the configuration (fix: the "
-        "workload or --max-model-len, not the search space)",
-        "no_success": "no request succeeded (fix: the workload, the API key or --max-model-len, not the search space)",
-        "does_not_fit": "configurations do not fit this machine's memory (fix: smaller KV or offload settings, a "
-        "lower --max-model-len, or --host-share)",
-        "bad_flag": "the engine refused the flags (fix: the fixed --engine-arg flags or the space's values)",
-        "out_of_memory": "the engine ran out of memory at start (fix: a lower gpu-memory-utilization or KV size)",
-        "constraints": "trials ran but missed a constraint (fix: relax --slo / --min-throughput-ratio or widen the space)",
-    }
-    line = f"{count} of {len(trials)} trials: {fixes.get(top, top + ' (fix: look at the trial logs)')}"
-    if requests and top in ("failed_requests", "no_success"):
-        reason, n = max(requests.items(), key=lambda kv: kv[1])
-        line += f"; most failed requests ({n}): {reason}"
-    return line
+    """:class:`StudyRunner` as one call (the callers' keyword arguments). ``veto``: why a
+    configuration is not worth launching (None: launch it); ``reuse_duplicates=False`` measures
+    again what earlier trials measured; ``gates`` replaces the standard ones (both then ignored)."""
+    measure = TrialMeasure(
+        space=space,
+        evaluator=evaluator,
+        objective=objective,
+        gates=gates if gates is not None else standard_gates(reuse_duplicates=reuse_duplicates, veto=veto),
+        pruner=pruner,
+        predict=predict,
+        journal=journal,
+        before_replay=before_replay,
+    )
+    hooks = TrialHooks(on_start=on_trial_start, on_done=on_trial_done, should_stop=should_stop)
+    runner = StudyRunner(study, measure, hooks, dict(trial_attrs or {}), baseline_elsewhere)
+    return runner.run(n_trials, timeout_s)

@@ -1,0 +1,159 @@
+"""One trial, from its values to its recorded outcome: the values (the sampler's, or the baseline's),
+the gates (a verdict stands in for a launch), the evaluator, then the record, the constraints the
+sampler learns from, and the objective value. Raises :class:`optuna.TrialPruned` for a pruned trial."""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import optuna
+
+from autotune.space import Parameter, RenderedConfig, SearchSpace, describe_values, render_values
+from autotune.study._baseline import REFERENCE_ATTR, baseline_throughput
+from autotune.study._gates import Gate, GateVerdict, is_baseline
+from autotune.study._journal import PendingJournal
+from autotune.study._objective import Objective
+from autotune.study._pruner import IncumbentPruner
+from autotune.study._record import Evaluator, Figures, TrialRecord, TrialStatus, write_record
+from autotune.study._reuse import reuse_measurement, reuse_pruned
+
+__all__ = ["TrialMeasure", "suggest_values"]
+
+log = logging.getLogger(__name__)
+
+Progress = Callable[[int, Mapping[str, Any]], str | None]
+
+
+def suggest_values(trial: optuna.Trial, space: SearchSpace) -> dict[str, Any]:
+    """Ask the trial for each tunable parameter whose condition holds (in declaration order)."""
+    values: dict[str, Any] = {}
+    for name, p in space.tunable.items():
+        if p.condition is not None and not p.condition.holds(values.get(p.condition.param)):
+            continue
+        values[name] = _suggest(trial, name, p)
+    return values
+
+
+def _suggest(trial: optuna.Trial, name: str, p: Parameter) -> Any:
+    if p.type == "bool":
+        return trial.suggest_categorical(name, [True, False])
+    if p.type == "categorical":
+        assert p.choices is not None
+        return trial.suggest_categorical(name, list(p.choices))
+    assert p.low is not None and p.high is not None
+    if p.type == "int":
+        step = int(p.step) if p.step else 1
+        return trial.suggest_int(name, int(p.low), int(p.high), step=step, log=p.log)
+    return trial.suggest_float(name, p.low, p.high, step=p.step, log=p.log)
+
+
+@dataclass(frozen=True)
+class TrialMeasure:
+    """How a trial is measured and recorded. ``pruner``: stops a trial early when its running
+    objective is worse than the incumbent's beyond the noise (never the baseline); ``predict``:
+    what the prior expects of a configuration, stored next to what was measured; ``journal``:
+    keeps a measurement locally until the storage has it; ``before_replay``: called (it may block)
+    once a trial's engine is up, before it replays (not for the baseline)."""
+
+    space: SearchSpace
+    evaluator: Evaluator
+    objective: Objective
+    gates: Sequence[Gate] = ()
+    pruner: IncumbentPruner | None = None
+    predict: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None
+    journal: PendingJournal | None = None
+    before_replay: Callable[[], None] | None = None
+
+    def values(self, trial: optuna.Trial) -> dict[str, Any]:
+        """The baseline's reference (none: vLLM's defaults), or what the sampler proposes."""
+        if is_baseline(trial):
+            return dict(trial.study.user_attrs.get(REFERENCE_ATTR) or {})
+        return suggest_values(trial, self.space)
+
+    def __call__(self, trial: optuna.Trial, values: Mapping[str, Any]) -> float:
+        rendered = render_values(self.space, dict(values)) if values else RenderedConfig(args=())
+        verdict = self._verdict(trial, values)
+        if verdict is not None and verdict.reuse is not None:
+            return reuse_measurement(trial, verdict.reuse, is_baseline(trial))
+        if verdict is not None and verdict.pruned is not None:
+            reuse_pruned(trial, verdict.pruned)
+        if verdict is not None and verdict.record is not None:
+            record = verdict.record
+        else:
+            record = self.evaluator(trial.number, rendered, self._progress(trial))
+        if self.predict is not None:
+            record = record.with_(predicted=dict(self.predict(values)))
+        if record.status is TrialStatus.PRUNED:
+            log.info("trial %d pruned: %s", trial.number, record.reason)
+            write_record(
+                trial, record.with_(rendered_args=tuple(rendered.args), rendered_env=dict(rendered.env))
+            )
+            raise optuna.TrialPruned(record.reason)
+        return self._record(trial, values, rendered, record)
+
+    def _verdict(self, trial: optuna.Trial, values: Mapping[str, Any]) -> GateVerdict | None:
+        for gate in self.gates:
+            verdict = gate.check(trial, values)
+            if verdict is not None:
+                return verdict
+        return None
+
+    def _progress(self, trial: optuna.Trial) -> Progress:
+        baseline, metric, pruner, before_replay = (
+            is_baseline(trial),
+            self.objective.metric,
+            self.pruner,
+            self.before_replay,
+        )
+
+        def report(step: int, partial: Mapping[str, Any]) -> str | None:
+            if step == 0:  # the engine is up, the replay not started
+                if before_replay is not None and not baseline:
+                    before_replay()
+                return None
+            value = Figures(dict(partial)).get(metric)
+            if value is None:
+                return None
+            trial.report(value, step)
+            if baseline or pruner is None or not trial.should_prune():
+                return None
+            return pruner.last_reason or "pruned"
+
+        return report
+
+    def _record(
+        self, trial: optuna.Trial, values: Mapping[str, Any], rendered: RenderedConfig, record: TrialRecord
+    ) -> float:
+        """Store the outcome with its constraints (the sampler learns the infeasible region from
+        them); the objective value (the penalty when nothing was measured)."""
+        baseline, objective = is_baseline(trial), self.objective
+        constraints = objective.constraints(
+            record.figures.as_dict() if record.figures else None,
+            None if baseline else baseline_throughput(trial.study),
+            feasible=record.ok,
+            memory_violations=len(record.violations),
+        )
+        names = objective.constraint_names()
+        record = record.with_(
+            rendered_args=tuple(rendered.args),
+            rendered_env=dict(rendered.env),
+            baseline=baseline,
+            reference=describe_values(self.space, values) if baseline and values else None,
+            constraints=tuple(constraints),
+            constraint_names=tuple(names),
+        )
+        value = objective.penalty()
+        measured = record.figures.get(objective.metric) if record.figures is not None else None
+        if measured is not None and not math.isnan(measured):
+            value = measured
+        if self.journal is not None:  # kept locally until the storage has it (a full disk loses nothing)
+            attrs = {**trial.user_attrs, **record.to_attrs()}
+            self.journal.save(trial, value, attrs, dict(zip(names, constraints, strict=True)))
+        write_record(trial, record)
+        for cname, cvalue in zip(names, constraints, strict=True):
+            trial.set_constraint(cname, cvalue)
+        return value
