@@ -11,6 +11,9 @@ LMCache logs one line per lookup of a request (``lmcache/integration/vllm/vllm_v
 ``LMCache hit tokens`` is the prefix LMCache holds, ``need to load`` what it must bring back
 beyond what vLLM's own prefix cache already computed (what the host tier saved from a
 recompute). A request looked up twice (it waited for KV space) counts once: its last line.
+Later releases (the 0.5 line after 0.5.3, with ``min_retrieve_tokens``) log a hit they do not
+load as ``LMCache hit tokens: 640, but need to load: 128 < min_retrieve 256, skip retrieve ...``:
+held, not loaded (0 loaded). 0.5.3, measured with vLLM 0.26.0 on the H200, logs the first form.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ __all__ = ["ConnectorHits", "connector_hits"]
 _LOOKUP = re.compile(
     r"Reqid: (?P<req>[^,\s]+), Total tokens (?P<total>\d+), "
     r"(?:Inference Engine computed tokens: (?P<computed>\d+), )?"
-    r"LMCache hit tokens: (?P<hit>\d+|None), need to load: (?P<load>-?\d+)"
+    r"LMCache hit tokens: (?P<hit>\d+|None), (?P<skip>but )?need to load: (?P<load>-?\d+)"
 )
 
 
@@ -64,7 +67,8 @@ def connector_hits(log_text: str) -> ConnectorHits | None:
     last: dict[str, tuple[int, int, int]] = {}
     for m in _LOOKUP.finditer(log_text):
         hit = 0 if m["hit"] == "None" else int(m["hit"])
-        last[m["req"]] = (int(m["total"]), hit, max(0, int(m["load"])))
+        loaded = 0 if m["skip"] else max(0, int(m["load"]))  # "but need to load: N < min_retrieve": skipped
+        last[m["req"]] = (int(m["total"]), hit, loaded)
     if not last:
         return None
     rows = last.values()
