@@ -11,6 +11,7 @@
     │   ├── EngineCrashed          vLLM died after it was healthy (mid-run)
     │   └── EngineArgsError        the rendered command is rejected by vLLM's own argument parser
     ├── StorageError               the study storage could not be opened or used
+    │   └── StudyNotFoundError     --study names no study of the storage (bad input, exit 2)
     ├── StudyBusyError             the study is already being run on this host (exit 6)
     ├── ExportError                no trial to export, or the export could not be written
     └── PromoteHookError           the ``--on-promote`` command failed or timed out (exit 7);
@@ -44,6 +45,7 @@ __all__ = [
     "SearchSpaceError",
     "StorageError",
     "StudyBusyError",
+    "StudyNotFoundError",
     "WorkloadError",
 ]
 
@@ -105,6 +107,12 @@ class StorageError(AutotuneError):
 
     def __str__(self) -> str:
         return _with_storage_cause(super().__str__(), self.__cause__)
+
+
+class StudyNotFoundError(StorageError):
+    """``--study`` names a study that the storage does not hold: bad input, like a missing file."""
+
+    exit_code = 2
 
 
 class StudyBusyError(AutotuneError):

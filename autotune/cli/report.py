@@ -11,7 +11,7 @@ import typer
 from autotune.cli import _options as o
 from autotune.cli._console import out
 from autotune.cli.study import existing_study
-from autotune.errors import ExportError, WorkloadError
+from autotune.errors import ExportError, StorageError, StudyNotFoundError, WorkloadError
 
 # typer needs Optional[...] at runtime on Python 3.10
 # ruff: noqa: UP045
@@ -41,11 +41,23 @@ def report(
     that opens offline."""
     from autotune.report import write_study_report
 
-    st = existing_study(storage, study, studies_dir)
+    st = _existing(storage, study, studies_dir)
     facts = _workload_facts(workload, st) if workload is not None else None
     target = out_path or studies_dir / study / "report.html"
     write_study_report(st, target, workload=facts, timings_dir=studies_dir / study)
     out.print(f"wrote {target}")
+
+
+def _existing(storage: str | None, study: str, studies_dir: Path) -> Any:
+    """The study; one that does not exist is bad input (exit 2), as a missing file is elsewhere."""
+    try:
+        return existing_study(storage, study, studies_dir)
+    except StudyNotFoundError:
+        raise
+    except StorageError as exc:  # existing_study says "--study: no study named ..." as a StorageError
+        if str(exc).startswith("--study: no study named"):
+            raise StudyNotFoundError(str(exc)) from None
+        raise
 
 
 def _workload_facts(path: Path, st: Any) -> dict[str, Any]:
