@@ -70,6 +70,17 @@ def config_to_argv(config: Mapping[str, Any]) -> list[str]:
     return argv
 
 
+def numerics_lines(tuned: Mapping[str, Any]) -> list[str]:
+    """A tuned value that changes the model's numerics (an fp8 KV cache) is said in the export."""
+    dtype = str(tuned.get("kv-cache-dtype", "auto"))
+    if dtype in ("auto", "bfloat16", "float16"):
+        return []
+    return [
+        f"kv-cache-dtype {dtype} was chosen by the study (an opt-in knob): it changes numerics, keys and "
+        "values are stored in 8 bits, so outputs can differ from the model's dtype; check quality before deploying"
+    ]
+
+
 @dataclass(frozen=True)
 class ExportedConfig:
     config: Mapping[str, Any]  # YAML keys -> values
@@ -99,7 +110,7 @@ def build_export(
     )
     env_prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
     command = f"{env_prefix + ' ' if env_prefix else ''}vllm serve {shlex.quote(model)} {flags}".strip()
-    header = "\n".join(f"# {line}" if line else "#" for line in header_lines)
+    header = "\n".join(f"# {line}" if line else "#" for line in [*header_lines, *numerics_lines(tuned)])
     return ExportedConfig(config=config, command=command, env=dict(env), header=header)
 
 
