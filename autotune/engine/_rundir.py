@@ -61,8 +61,9 @@ class EngineRunDir:
     @classmethod
     def create(cls, base: Path | None = None) -> EngineRunDir:
         path = Path(tempfile.mkdtemp(prefix=PREFIX, dir=base or runtime_base()))
-        fd = os.open(path / LOCK, os.O_CREAT | os.O_RDWR, 0o600)
+        fd = os.open(path / (LOCK + ".new"), os.O_CREAT | os.O_RDWR, 0o600)
         fcntl.flock(fd, fcntl.LOCK_EX)
+        os.rename(path / (LOCK + ".new"), path / LOCK)  # never seen unlocked by a cleaner
         return cls(path, fd)
 
     @property

@@ -9,13 +9,16 @@ segments ``psm_*`` (vLLM's shm_broadcast message queues, torch tensors shared be
 160-240 MiB each) and POSIX semaphores ``sem.mp-*``, which their resource tracker would have
 removed at a clean exit.
 
-:class:`ShmSnapshot` records the directory's entries before an engine starts;
-:func:`clean_new_shm` then removes only entries that appeared since, match the engine patterns
-and belong to this user -- what the engine's processes made, not another program's memory that
-happens to be unmapped for a moment.
+What autotune removes is attributed to its engines (``_rundir.py``): files that appeared since the
+engine started (:class:`ShmSnapshot`), match the engine's patterns, are this user's, *and* that the
+engine's own processes mapped or held (:func:`shm_files_of`, recorded while it runs), then only
+when no live process maps or holds them (:func:`remove_unheld`). Another program's segment,
+unmapped for a moment between its steps, is never a candidate.
 
-:func:`clean_stale_shm` removes such files, but never one that a live process still maps or
-holds open: every readable ``/proc/PID/maps`` and ``/proc/PID/fd/*`` is checked, by device and
+:func:`clean_new_shm` and :func:`clean_stale_shm` judge by name and time only (anything new, or
+anything matching, that nobody maps): on a shared machine they can take another tenant's file, so
+autotune no longer calls them; they stay for an operator who knows the machine is theirs. All of
+them leave a file that a live process still maps or holds open: every readable ``/proc/PID/maps`` and ``/proc/PID/fd/*`` is checked, by device and
 inode (and by path), so a concurrent engine's pool survives. Processes whose ``/proc`` entries
 cannot be read even by their owner (non-dumpable ones, such as a sandbox's init) are not seen;
 vLLM's processes are ordinary processes of the user who started them, and are.

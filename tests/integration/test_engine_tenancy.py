@@ -11,6 +11,7 @@ import os
 import shutil
 import socket
 import stat
+import subprocess
 import sys
 import tempfile
 import time
@@ -23,7 +24,7 @@ import pytest
 
 from autotune.engine import CPU_LAUNCHER, EngineProcess, LaunchSpec, clean_leftover_engines, parse_engine_args
 from autotune.space import RenderedConfig
-from tests.conftest import FAKE_LAUNCHER, MARK_ENV
+from tests.conftest import FAKE_LAUNCHER, FAKE_VLLM, MARK_ENV, REPO, wait_no_processes
 
 STORAGE_PW = "pg-Tenancy-Secret-4711"
 PG_PW = "pg-Password-0815"
@@ -214,3 +215,53 @@ def test_real_vllm_keeps_its_sockets_in_its_folder_and_sees_no_secret(
         assert inside, "vLLM made no IPC socket in its runtime folder"
         assert [p for p in _sockets(private_tmp) if eng.run_dir.path not in p.parents] == []
     assert _sockets(private_tmp) == [] and list(private_tmp.glob("autotune-vllm-*")) == []
+
+
+# autotune's stand-in: starts the fake engine, says where its folder is, waits to be killed.
+_DRIVER = r"""
+import sys, time
+from pathlib import Path
+from autotune.engine import EngineProcess, LaunchSpec
+from autotune.space import RenderedConfig
+spec = LaunchSpec(model="fake-model", launcher=(sys.executable, sys.argv[1]), env={sys.argv[2]: sys.argv[3],
+    "FAKE_SHM_PREFIX": sys.argv[4]}, startup_timeout_s=20, stop_timeout_s=2)
+eng = EngineProcess(spec, RenderedConfig(args=()), Path(sys.argv[5]))
+eng.start()
+eng.wait_healthy()
+print(eng.run_dir.path, flush=True)
+time.sleep(600)
+"""
+
+
+def test_when_autotune_is_killed_the_guardian_removes_the_engines_folder_and_segment(
+    tmp_path: Path, mark: str, private_tmp: Path
+) -> None:
+    own_prefix = f"psm_autotune_test_{mark[:10]}_"
+    foreign = Path("/dev/shm") / f"psm_tenant_{mark[:10]}_c"
+    foreign.write_bytes(b"\0" * 4096)
+    args = [str(FAKE_VLLM), MARK_ENV, mark, own_prefix, str(tmp_path / "e.log")]
+    driver = subprocess.Popen(
+        [sys.executable, "-c", _DRIVER, *args],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    try:
+        assert driver.stdout is not None
+        folder = Path(driver.stdout.readline().strip())
+        assert folder.parent == private_tmp, folder
+        _wait_for_text(folder / "shm-ledger", own_prefix)
+        driver.kill()  # as kill -9 or the OOM killer: autotune cannot clean up
+        driver.wait(timeout=10)
+        assert wait_no_processes(mark, timeout=20) == []
+        deadline = time.monotonic() + 10
+        while folder.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not folder.exists()
+        assert list(Path("/dev/shm").glob(own_prefix + "*")) == []
+        assert foreign.exists()
+    finally:
+        driver.kill()
+        foreign.unlink(missing_ok=True)
+        for path in Path("/dev/shm").glob(own_prefix + "*"):
+            path.unlink()
