@@ -87,11 +87,20 @@ class _Collector:
 
 def _read_text(path: Path) -> str:
     try:
-        return Path(path).read_text(encoding="utf-8")
+        data = Path(path).read_bytes()
     except FileNotFoundError:
         raise WorkloadError(f"{path}: file not found (check the path)") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise WorkloadError(f"{path}: cannot read as UTF-8 text: {exc} (check the file)") from None
+    except OSError as exc:
+        raise WorkloadError(f"{path}: cannot read: {exc.strerror} (check the path and permissions)") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        start = data.rfind(b"\n", 0, exc.start) + 1
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise WorkloadError(
+            f"{path}:{line}: not UTF-8 text at column {exc.start - start + 1} (byte "
+            f"{data[exc.start : exc.end].hex(' ')}) (save the file as UTF-8, e.g. iconv -f latin1 -t utf-8)"
+        ) from None
 
 
 def _json_lines(text: str) -> Iterator[tuple[int, Any]]:
@@ -167,8 +176,8 @@ def _sharegpt_conversation(
         turns.append({"role": role, "content": turn["value"]})
     records: list[Record] = []
     for k, turn in enumerate(turns):
-        if turn["role"] != "user":
-            continue
+        if turn["role"] != "user" or not any(m["content"].strip() for m in turns[: k + 1]):
+            continue  # a conversation without text yet: vLLM would refuse it, or measure nothing
         reply = turns[k + 1] if k + 1 < len(turns) and turns[k + 1]["role"] == "assistant" else None
         max_tokens = (
             default_max_tokens if reply is None else max(1, count_tokens(reply["content"], tokenizer))
@@ -207,6 +216,8 @@ def import_bench_jsonl(
                 raise item
             if not isinstance(item, dict) or not isinstance(item.get("prompt"), str):
                 raise _Bad('expected an object with a "prompt" string')
+            if not item["prompt"].strip():
+                raise _Bad(f"prompt: no text, got {item['prompt']!r} (vLLM refuses it with HTTP 400)")
             raw = item.get("output_tokens", default_max_tokens)
             if raw is None:
                 raise _Bad("output_tokens: missing (add it, or pass a default output length)")
@@ -279,8 +290,12 @@ def _openai_entry(item: Any) -> tuple[Record, float | None]:
         record["id"] = item["custom_id"]
     if "messages" in body:
         record["messages"] = _openai_messages(body["messages"])
+        if not any(m["content"].strip() for m in record["messages"]):
+            raise _Skip("messages: no message has text (not replayed: nothing to measure)")
     elif "prompt" in body:
         record["prompt"] = _openai_prompt(body["prompt"])
+        if not record["prompt"].strip():
+            raise _Skip("prompt: no text (vLLM refuses it with HTTP 400; not replayed)")
     else:
         raise _Bad("neither messages nor prompt in the request body")
     max_tokens = body.get("max_tokens", body.get("max_completion_tokens"))
