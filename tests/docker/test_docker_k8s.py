@@ -6,6 +6,7 @@ report server reads the claim and cannot write it."""
 
 from __future__ import annotations
 
+import itertools
 import re
 import shutil
 import subprocess
@@ -51,6 +52,7 @@ def test_the_kustomization_names_files_that_exist_and_makes_what_the_pods_mount(
     nightly = _pod(_docs("cronjob-nightly.yaml")["CronJob"])
     mounted = {v["configMap"]["name"] for v in nightly["volumes"] if "configMap" in v}
     assert mounted == set(generated)
+    assert KUSTOMIZATION["generatorOptions"]["disableNameSuffixHash"] is True  # the Jobs mount them by name
     (rep,) = KUSTOMIZATION["replacements"]
     assert rep["source"]["fieldPath"] == "spec.jobTemplate.spec.activeDeadlineSeconds"
     assert rep["targets"][0]["fieldPaths"] == [
@@ -145,7 +147,7 @@ def test_the_capture_sidecar_fronts_vllm_and_records_tomorrows_workload() -> Non
     containers = {c["name"]: c for c in pod["containers"]}
     capture, vllm = containers["capture"]["args"], containers["vllm"]["args"]
     assert capture[0] == "capture"
-    opt = {a: b for a, b in zip(capture, capture[1:], strict=False) if a.startswith("--")}
+    opt = {a: b for a, b in itertools.pairwise(capture) if a.startswith("--")}
     assert opt["--upstream"] == f"http://127.0.0.1:{vllm[vllm.index('--port') + 1]}"
     port = int(opt["--listen"].rsplit(":", 1)[1])
     assert {"name": "http", "containerPort": port} in containers["capture"]["ports"]
@@ -191,3 +193,18 @@ def test_the_report_server_reads_the_claim_and_cannot_write_it() -> None:
     assert docs["Service"]["spec"].get("type", "ClusterIP") == "ClusterIP"  # no login: not exposed
     studies_dir = yaml.safe_load((DOCKER / "study" / "nightly.yaml").read_text())["studies_dir"]
     assert studies_dir.startswith(served + "/")
+
+
+def test_the_rollback_job_restores_the_nightly_export_and_delivers_it_with_the_hook() -> None:
+    job = _docs("rollback-job.yaml")["Job"]
+    pod = _pod(job)
+    (container,) = pod["containers"]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    study = yaml.safe_load((DOCKER / "study" / "nightly.yaml").read_text())
+    assert env["AUTOTUNE_NEW_CONFIG"] == study["out"]
+    script = container["args"][0]
+    assert script.startswith("autotune-entrypoint nightly rollback --file /etc/autotune/study.yaml && ")
+    assert script.endswith(study["on_promote"])  # delivered the way a promotion is
+    study_volume = next(v for v in pod["volumes"] if v["name"] == "study")
+    assert study_volume["configMap"]["items"] == [{"key": "nightly.yaml", "path": "study.yaml"}]
+    assert pod["serviceAccountName"] == _pod(_docs("cronjob-nightly.yaml")["CronJob"])["serviceAccountName"]

@@ -86,7 +86,10 @@ def test_kubernetes_manifest_runs_its_study_file(tmp_path: Path, manifest: str, 
     (container,) = pod["containers"]
     assert "command" not in container and "args" not in container  # the image's entrypoint runs
     env, secrets = _k8s_env(container)
-    assert set(env) - {"PGPASSWORD", "VLLM_API_KEY"} <= _known_variables()
+    hook_settings = {
+        v for h in (DOCKER / "hooks").glob("*.sh") for v in re.findall(r"\$\{([A-Z_]+):-", h.read_text())
+    }
+    assert set(env) - {"PGPASSWORD", "VLLM_API_KEY"} <= _known_variables() | hook_settings
     study_path = _mounted_study_file(pod, container, env["AUTOTUNE_STUDY_FILE"])
     study = yaml.safe_load(study_path.read_text())
     env["AUTOTUNE_STUDY_FILE"] = str(study_path)  # the ConfigMap's content, outside the pod
