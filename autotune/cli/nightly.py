@@ -40,7 +40,7 @@ def nightly(spec: StudySpec) -> None:
     if spec.study is None:
         raise ConfigError("nightly: --study is required (fix: the name the nights of one deployment share)")
     name = check_study_name(spec.study)
-    with build_setup(spec) as setup, StudyLock(spec.studies_dir, name, what="study"):
+    with build_setup(spec) as setup, StudyLock(spec.storage, name, spec.studies_dir):
         setup.check_fixed_flags()
         plan = plan_baseline(setup)
         st, sdir = open_and_announce(setup, name, spec.storage, spec.studies_dir, spec.seed, plan)

@@ -56,7 +56,7 @@ def run(spec: StudySpec) -> None:
         setup.check_fixed_flags()
         # a second run of this study refuses; the confirmation's GPU lease (parallel runs) is released
         # cleanly at the end, so the next holder does not take this run for dead
-        with StudyLock(spec.studies_dir, name), contextlib.ExitStack() as leases:
+        with StudyLock(spec.storage, name, spec.studies_dir), contextlib.ExitStack() as leases:
             st, sdir = open_and_announce(setup, name, spec.storage, spec.studies_dir, spec.seed, plan)
             for diff in check_fingerprint(st, setup, refuse=False):  # recorded for `autotune worker --study`
                 console.print(f"this run differs from the study's: {diff}", style="yellow", markup=False)

@@ -23,6 +23,7 @@ from autotune.tuning import (
     GpuGroup,
     WorkerSpec,
     check_study_name,
+    claim_worker_slot,
     parse_gpus,
     run_worker,
     study_choices,
@@ -58,7 +59,9 @@ def worker(spec: StudySpec) -> None:
         if pooled.log_path is not None:
             pooled.log_path.parent.mkdir(parents=True, exist_ok=True)
             log_to_file(pooled.log_path)
-        run_worker(pooled)
+        _, slot_lock = claim_worker_slot(pooled.storage, pooled.study, pooled.studies_dir, pooled.group.slot)
+        with slot_lock:
+            run_worker(pooled)
         return
     if spec.study is None:
         raise ConfigError("worker: --study is required (fix: the name of the study to join)")
@@ -67,8 +70,10 @@ def worker(spec: StudySpec) -> None:
             f"worker: study {spec.study} records no workload and model (made by an older version, or not made "
             "yet) (fix: pass --workload and --model, the study's own)"
         )
-    slot = spec.index if spec.index is not None else _index_default()
-    slot = slot if slot is not None else 0
+    wanted_slot = spec.index if spec.index is not None else _index_default()
+    slot, slot_lock = claim_worker_slot(spec.storage, spec.study, spec.studies_dir, wanted_slot)
+    if wanted_slot is None:
+        console.print(f"worker {slot}: the lowest number no other worker of study {spec.study} holds")
     wanted = parse_gpus(spec.gpus) if spec.gpus else None
     job = WorkerSpec(
         choices=spec,
@@ -89,5 +94,6 @@ def worker(spec: StudySpec) -> None:
     def on_done(rep: TrialReport) -> None:
         console.print(trial_line(rep, spec.objective), soft_wrap=True)
 
-    ran = run_worker(job, on_trial_done=on_done)
+    with slot_lock:
+        ran = run_worker(job, on_trial_done=on_done)
     console.print(f"worker {slot}: {ran} trial(s) measured into study {spec.study}")

@@ -16,7 +16,7 @@ from autotune.tuning._fingerprint import (
     study_fingerprint,
 )
 from autotune.tuning._gpus import GpuGroup, for_gpus, on_gpus, parse_gpus, plan_groups, record_devices
-from autotune.tuning._lock import StudyLock
+from autotune.tuning._lock import StudyLock, claim_worker_slot
 from autotune.tuning._model import check_model, looks_like_hub_name
 from autotune.tuning._open import FORMATS_ATTR, OpenedStudy, open_study, study_directory
 from autotune.tuning._reference import BaselinePlan, plan_baseline
@@ -49,6 +49,7 @@ __all__ = [
     "check_fingerprint",
     "check_model",
     "check_study_name",
+    "claim_worker_slot",
     "confirm_best",
     "describe_params",
     "effective_fingerprint",
