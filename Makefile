@@ -24,14 +24,11 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 
 setup: $(VENV)/.installed
 
-# The demo's baseline is vLLM's defaults with a KV pool of 20 MiB (2,560 tokens of this 8-layer
-# model: short of KV for the RAG example's 4 shared documents), replayed at 3x its timestamps.
+# The demo's study is examples/study.yaml: vLLM's defaults with a KV pool of 20 MiB (2,560 tokens of
+# this 8-layer model: short of KV for the RAG example's 4 shared documents), replayed at 3x its timestamps.
 demo: setup
 	$(BIN)/autotune tiny-model --layers 8 .models/tiny-l8
-	$(BIN)/autotune run --workload examples/rag.jsonl --model .models/tiny-l8 --study demo-rag \
-	  --n-trials 6 --speed 3 --out studies/demo-rag/best.yaml \
-	  --engine-arg=--enforce-eager --engine-arg=--max-model-len=2048 \
-	  --engine-arg=--kv-cache-memory-bytes=20M
+	$(BIN)/autotune run -f examples/study.yaml
 	@echo; echo "== best config (studies/demo-rag/best.yaml) =="; cat studies/demo-rag/best.yaml
 
 lint: setup

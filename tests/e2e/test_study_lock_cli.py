@@ -62,7 +62,7 @@ def test_two_runs_of_one_study_on_one_sqlite_file_from_two_studies_dirs(tmp_path
         second = _start(
             ["run", "--study", "S", "--n-trials", "2", *_common(tmp_path, "dir-b")], mark, tmp_path
         )
-        out, err = second.communicate(timeout=120)
+        _, err = second.communicate(timeout=120)
         assert second.returncode == 6, err
         assert "study 'S' is already running on sqlite:///" in err and f"pid {first.pid}" in err
     finally:
