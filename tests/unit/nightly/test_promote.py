@@ -134,7 +134,7 @@ def test_bad_hook_settings_are_one_line_errors(tmp_path: Path) -> None:
 
 def test_rollback_restores_the_previous_promotions_byte_for_byte(tmp_path: Path) -> None:
     archive = tmp_path / "export" / "history"
-    versions = [b"max-num-seqs: 64\n", b"max-num-seqs: 128\n# \xc3\xa9t\xc3\xa9  \n", b"max-num-seqs: 256"]
+    versions = [b"max-num-seqs: 64\n", b"max-num-seqs: 128\r\n# \xc3\xa9t\xc3\xa9  \n", b"max-num-seqs: 256"]
     out = _export(tmp_path)
     kept = []
     for data in versions:
