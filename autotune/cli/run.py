@@ -17,7 +17,7 @@ from autotune.cli._render import FORMATS_ATTR, fmt_params, fmt_value, study_tabl
 from autotune.cli._study_options import study_command
 from autotune.errors import EXIT_NO_BASELINE
 from autotune.spec import StudySpec
-from autotune.study import PendingJournal, TrialReport, baseline_trial, best_feasible, redact_url, run_study
+from autotune.study import PendingJournal, TrialRecord, TrialReport, baseline_trial, best_feasible, redact_url, run_study
 from autotune.tuning import (
     BaselinePlan,
     GpuGroup,
@@ -238,6 +238,12 @@ def _confirm_and_export(
     from autotune.export import export_best
     from autotune.tuning import confirm_best
 
+    def on_run(name: str, r: int, rec: TrialRecord) -> None:  # the confirmation takes minutes: say each run
+        metric = setup.objective.metric
+        value = rec.figures.get(metric) if rec.ok and rec.figures else None
+        shown = f"{metric} {fmt_value(metric, value)}" if value is not None else f"{rec.status.value} ({rec.failure})"
+        console.print(f"confirming: round {r + 1}/{rounds} {name}: {shown}", markup=False)
+
     chosen, confirmation = confirm_best(
         st,
         evaluator,
@@ -245,6 +251,7 @@ def _confirm_and_export(
         rounds=rounds,
         min_improvement=min_improvement,
         log_dir=Path(evaluator.log_dir) / "confirm",
+        on_run=on_run,
     )
     if confirmation is not None:
         verdict = "confirmed" if confirmation["confirmed"] else "not confirmed: exporting the baseline"
@@ -313,8 +320,16 @@ def _dry_run(setup: TuningSetup, plan: BaselinePlan) -> int:
     out.print("\n# dry run: nothing was launched and no study was written (the port is chosen at launch)")
     if plan.defaults_fit:
         return 0
+    if setup.profile_note:  # a GPU profile previewed on a machine that cannot run it: the preview is the point
+        console.print(
+            f"this machine cannot run this study ({setup.profile_note}); the commands above are what a "
+            f"{setup.profile.name} host would launch, checked against this machine's memory only",
+            markup=False,
+            soft_wrap=True,
+        )
+        return 0
     console.print(f"[yellow]vLLM's defaults cannot run here: {'; '.join(plan.why_not)}[/yellow]")
-    console.print(f"the study would measure as its baseline: {plan.describe()}")
+    console.print(f"the study would measure as its baseline: {plan.describe()}", markup=False, soft_wrap=True)
     if plan.reference is None:
         return EXIT_NO_BASELINE
     return 0 if accept_reference else EXIT_NO_BASELINE

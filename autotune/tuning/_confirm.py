@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ def confirm_best(
     rounds: int,
     min_improvement: float,
     log_dir: Path,
+    on_run: Callable[[str, int, TrialRecord], None] | None = None,
 ) -> tuple[optuna.trial.FrozenTrial | None, dict[str, Any] | None]:
     """The trial to export and the confirmation record (None when nothing needed confirming)."""
     best = best_feasible(study)
@@ -43,6 +45,7 @@ def confirm_best(
         [("baseline", _config(read_record(base))), (f"trial {best.number}", _config(read_record(best)))],
         rounds=rounds,
         extra_figures=(objective.metric,) if objective.metric != "goodput" else (),
+        on_run=on_run,
     )
     ok, why = significant_gain(
         result, objective.metric, maximize=objective.direction == "maximize", min_improvement=min_improvement

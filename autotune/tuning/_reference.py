@@ -30,6 +30,7 @@ class BaselinePlan:
     why_not: tuple[str, ...]  # why the defaults (with the fixed flags) do not fit
     reference: Mapping[str, Any] | None  # a runnable reference's params, when the defaults do not fit
     shown: str = ""  # the reference as flags take it: kv_cache_memory_bytes=128M
+    fixed_knobs: tuple[str, ...] = ()  # memory flags the user fixed (the plan does not change them)
 
     @property
     def measurable(self) -> bool:
@@ -38,6 +39,11 @@ class BaselinePlan:
     def describe(self) -> str:
         if self.defaults_fit:
             return "vLLM's defaults"
+        if self.reference is None and self.fixed_knobs:
+            return (
+                f"nothing: vLLM's defaults with your fixed {', '.join(self.fixed_knobs)} do not fit, and the "
+                "study does not change a flag you fixed (fix: a smaller value of that flag)"
+            )
         if self.reference is None:
             return "nothing: neither vLLM's defaults nor any KV-memory setting of the space fits"
         return f"reference {self.shown}"
@@ -71,4 +77,4 @@ def plan_baseline(setup: TuningSetup) -> BaselinePlan:
                     return BaselinePlan(
                         False, why, {name: value}, describe_values(setup.space, {name: value})
                     )
-    return BaselinePlan(False, why, None)
+    return BaselinePlan(False, why, None, fixed_knobs=tuple(k for k in _MEMORY_KNOBS if k in fixed))

@@ -119,3 +119,28 @@ def test_init_writes_a_commented_study_file_that_runs(tmp_path: Path, tiny_model
     assert rc == 0, out
     rc, out = _invoke([*args, "--out", str(target)])  # never overwritten unasked
     assert rc == 2 and "exists" in out
+
+
+def test_a_gpu_profile_previewed_here_says_this_machine_cannot_run_it(
+    tmp_path: Path, tiny_model: Path
+) -> None:
+    """The README's preview use: a dry run of a GPU profile on a machine without a GPU exits 0 and says
+    what it shows, not "neither vLLM's defaults nor any KV-memory setting fits" with exit 5."""
+    args = ["run", "--workload", str(REPO / "examples" / "rag.jsonl"), "--model", str(tiny_model)]
+    rc, out = _invoke(
+        [*args, "--profile", "cuda-native", "--dry-run", "--no-check-args", "--dry-run-samples", "1"]
+    )
+    flat = " ".join(out.split())
+    if "previewing profile cuda-native" not in flat:
+        pytest.skip("this machine can run the cuda-native profile")
+    assert rc == 0, out
+    assert "this machine cannot run this study" in flat and "what a cuda-native host would launch" in flat
+    assert "neither vLLM's defaults" not in flat
+
+
+def test_a_fixed_kv_size_that_does_not_fit_is_named_as_the_users(tmp_path: Path, tiny_model: Path) -> None:
+    args = ["run", "--workload", str(REPO / "examples" / "rag.jsonl"), "--model", str(tiny_model)]
+    rc, out = _invoke([*args, "--engine-arg=--kv-cache-memory-bytes=100000G", "--dry-run", "--no-check-args"])
+    flat = " ".join(out.split())
+    assert rc == 5, out
+    assert "your fixed --kv-cache-memory-bytes do not fit" in flat and "neither vLLM's defaults" not in flat
