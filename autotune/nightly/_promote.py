@@ -28,6 +28,7 @@ import contextlib
 import datetime as dt
 import json
 import logging
+import math
 import os
 import re
 import signal
@@ -107,7 +108,9 @@ def _hook_env(
                 f"(fix: lower-case letters, digits and _, not one of {sorted(n.lower() for n in _RESERVED)})"
             )
         env[f"AUTOTUNE_{name.upper()}"] = repr(float(value))
-    env["AUTOTUNE_FIGURES"] = json.dumps({k: float(v) for k, v in figures.items()}, sort_keys=True)
+    # Strict JSON for a webhook body: a figure that is not a number (nan, inf) is null.
+    as_json = {k: float(v) if math.isfinite(float(v)) else None for k, v in figures.items()}
+    env["AUTOTUNE_FIGURES"] = json.dumps(as_json, sort_keys=True, allow_nan=False)
     return env
 
 

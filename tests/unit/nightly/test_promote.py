@@ -120,6 +120,15 @@ def test_a_hanging_hook_and_what_it_started_are_killed_at_the_timeout(tmp_path: 
     assert "killed at its timeout" in result.describe()
 
 
+def test_a_figure_that_is_not_a_number_is_null_in_the_json(tmp_path: Path) -> None:
+    new = _export(tmp_path)
+    result = run_on_promote(
+        'printf "%s|%s" "$AUTOTUNE_BEST_VALUE" "$AUTOTUNE_FIGURES"', new_config=new, previous_config=None,
+        figures={"best_value": float("nan"), "gain": 0.125}, night="3", timeout_s=10,
+    )  # fmt: skip
+    assert result.log_tail == 'nan|{"best_value": null, "gain": 0.125}'
+
+
 def test_bad_hook_settings_are_one_line_errors(tmp_path: Path) -> None:
     new = _export(tmp_path)
     with pytest.raises(ConfigError, match="empty"):
