@@ -15,9 +15,18 @@ import typer
 from autotune.cli._console import console, log_to_file, out
 from autotune.cli._render import FORMATS_ATTR, fmt_params, fmt_value, study_table, trial_line
 from autotune.cli._study_options import study_command
+from autotune.engine import startup_warnings
 from autotune.errors import EXIT_NO_BASELINE
 from autotune.spec import StudySpec
-from autotune.study import PendingJournal, TrialRecord, TrialReport, baseline_trial, best_feasible, redact_url, run_study
+from autotune.study import (
+    PendingJournal,
+    TrialRecord,
+    TrialReport,
+    baseline_trial,
+    best_feasible,
+    redact_url,
+    run_study,
+)
 from autotune.tuning import (
     BaselinePlan,
     GpuGroup,
@@ -128,7 +137,6 @@ def open_and_announce(
     setup: TuningSetup, name: str, storage: str | None, studies_dir: Path, seed: int, plan: BaselinePlan
 ) -> tuple[optuna.Study, Path]:
     """Open the study (see :func:`autotune.tuning.open_study`) and say what this run starts from."""
-    import logging
 
     opened = open_study(setup, name, storage, studies_dir, seed, plan)
     log_to_file(opened.directory / "study.log")
@@ -139,15 +147,8 @@ def open_and_announce(
         )
     for pname, reason in setup.space.unsupported.items():
         console.print(f"[dim]not tuned with profile {setup.profile.name}: {pname}: {reason}[/dim]")
-    if setup.profile.name == "cuda-lmcache" and setup.profile.unavailable is None:
-        from autotune.engine import lmcache_ops
-
-        ops = lmcache_ops()  # a slow fallback would be tuned and deployed without a word
-        logging.getLogger("autotune.engine").info("LMCache's compiled ops: %s", ops.line)
-        if ops.warning():
-            console.print(f"[yellow]{ops.warning()}[/yellow]", soft_wrap=True)
-    if (isa := _isa_warning(setup)) is not None:
-        console.print(f"[yellow]{isa}[/yellow]", soft_wrap=True)
+    for warning in startup_warnings(setup.profile):
+        console.print(f"[yellow]{warning}[/yellow]", soft_wrap=True)
     if opened.recovered:
         console.print(f"recovered {opened.recovered} measured trial(s) that a storage fault had kept locally")
     if opened.shm_cleaned is not None and opened.shm_cleaned.removed:
@@ -241,7 +242,11 @@ def _confirm_and_export(
     def on_run(name: str, r: int, rec: TrialRecord) -> None:  # the confirmation takes minutes: say each run
         metric = setup.objective.metric
         value = rec.figures.get(metric) if rec.ok and rec.figures else None
-        shown = f"{metric} {fmt_value(metric, value)}" if value is not None else f"{rec.status.value} ({rec.failure})"
+        shown = (
+            f"{metric} {fmt_value(metric, value)}"
+            if value is not None
+            else f"{rec.status.value} ({rec.failure})"
+        )
         console.print(f"confirming: round {r + 1}/{rounds} {name}: {shown}", markup=False)
 
     chosen, confirmation = confirm_best(
@@ -272,15 +277,6 @@ def _confirm_and_export(
     out.print(f"or:     {exported.command}", soft_wrap=True)
 
 
-def _isa_warning(setup: TuningSetup) -> str | None:
-    """The CPU build on a CPU it was not built for: the figures would read as the tool's fault."""
-    if setup.profile.name != "cpu":
-        return None
-    from autotune.engine import cpu_build_isa_note
-
-    return cpu_build_isa_note()
-
-
 def _dry_run(setup: TuningSetup, plan: BaselinePlan) -> int:
     from autotune.tuning import preview_commands
 
@@ -290,8 +286,8 @@ def _dry_run(setup: TuningSetup, plan: BaselinePlan) -> int:
 
     if setup.profile_note:
         out.print(f"# {setup.profile_note}")
-    if (isa := _isa_warning(setup)) is not None:
-        out.print(f"# {isa}", soft_wrap=True)
+    for warning in startup_warnings(setup.profile):
+        out.print(f"# {warning}", soft_wrap=True)
     previews = preview_commands(
         setup.space, setup.launch, samples=samples, seed=seed, checker=setup.checker(), memory=setup.guard,
         reference=plan.reference,
@@ -320,7 +316,9 @@ def _dry_run(setup: TuningSetup, plan: BaselinePlan) -> int:
     out.print("\n# dry run: nothing was launched and no study was written (the port is chosen at launch)")
     if plan.defaults_fit:
         return 0
-    if setup.profile_note:  # a GPU profile previewed on a machine that cannot run it: the preview is the point
+    if (
+        setup.profile_note
+    ):  # a GPU profile previewed on a machine that cannot run it: the preview is the point
         console.print(
             f"this machine cannot run this study ({setup.profile_note}); the commands above are what a "
             f"{setup.profile.name} host would launch, checked against this machine's memory only",

@@ -26,6 +26,7 @@ from autotune.engine._lease import (
     stop_leftover_engines,
 )
 from autotune.engine._lmcache_ops import LmcacheOps, lmcache_ops
+from autotune.engine._notes import startup_warnings
 from autotune.engine._logscan import (
     FailureClass,
     KvCapacity,
@@ -131,6 +132,7 @@ __all__ = [
     "select_profile",
     "sizing_from_argv",
     "startup_phases",
+    "startup_warnings",
     "stop_all",
     "stop_leftover_engines",
     "supported_knobs",
