@@ -26,7 +26,6 @@ from autotune.engine._lease import (
     stop_leftover_engines,
 )
 from autotune.engine._lmcache_ops import LmcacheOps, lmcache_ops
-from autotune.engine._notes import startup_warnings
 from autotune.engine._logscan import (
     FailureClass,
     KvCapacity,
@@ -37,6 +36,7 @@ from autotune.engine._logscan import (
     parse_kv_capacity,
     root_cause_line,
 )
+from autotune.engine._notes import startup_warnings
 from autotune.engine._platform import (
     Build,
     cpu_build_isa_note,
