@@ -75,12 +75,15 @@ def candidates_of(study: optuna.Study, night: int) -> list[Candidate]:
 
 
 def no_candidate_reason(cands: Sequence[Candidate], incumbent_args: Sequence[str], why_none: str) -> str:
-    """Why no candidate can challenge the incumbent tonight, from what the search ran."""
+    """Why no candidate can challenge the incumbent tonight, from what the search ran (``why_none``:
+    why the search did not start; '' when it did)."""
+    if why_none:
+        return f"no candidate ran: {why_none}"
     others = [c for c in cands if list(c.args) != list(incumbent_args) and not c.baseline]
     if not others:
         if cands:
             return "no candidate ran: the search measured only the incumbent's own command"
-        return f"no candidate ran: {why_none}"
+        return "no candidate ran: the search stopped before its first trial (the budget)"
     counts = Counter(c.status for c in others)
     parts = [f"{n} {status}" for status, n in sorted(counts.items())]
     detail = next((c for c in others if c.reason), None)

@@ -121,18 +121,20 @@ def _decide(n: _Night, cands: list[Candidate], why_none: str) -> _Decision:
     inc = n.inc_figure["median"] if n.inc_figure else None
     if inc is not None and best.value is not None and sign * best.value >= sign * inc:
         return _Decision("kept", worse_reason(best, len(challengers), n.metric, inc) + tail)
-    if not n.clock.can_start(n.plan.promotion_runs):
+    if not n.clock.can_start(2):
         return _Decision(
             "kept",
             f"not confirmed: trial #{best.number} looked better ({n.metric} {best.value:.4g}) but the "
-            f"promotion check ({n.plan.promotion_runs} runs) no longer fit in the budget",
+            f"promotion check (2 runs at least) no longer fit in the budget",
         )
     return _confirm(n, best)
 
 
 def _confirm(n: _Night, best: Candidate) -> _Decision:
     config = RenderedConfig(args=best.args, env=best.env)
-    rounds = n.plan.rounds
+    rounds = n.plan.asked_rounds  # as many as tonight's measured costs allow, at least one
+    while rounds > 1 and not n.clock.can_start(2 * rounds):
+        rounds -= 1
     n.say(f"night {n.number}: trial #{best.number} against {n.inc_label}, {rounds} round(s) each")
     ab = compare_configs(
         n.setup.evaluator(n.sdir / f"night-{n.number:04d}" / "promotion"),

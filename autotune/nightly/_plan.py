@@ -57,7 +57,7 @@ class _Clock:
     def can_start(self, runs: int, reserve_runs: int = 0) -> bool:
         """Can ``runs`` more runs start now and still leave ``reserve_runs`` for what follows?"""
         need = (runs + reserve_runs) * self.per_run()
-        return self.elapsed() + need <= self.budget_s * (1 + SLACK)
+        return self.elapsed() + need <= self.budget_s
 
 
 def measured_run_cost(study: optuna.Study, earlier: Sequence[Mapping[str, Any]] = ()) -> list[float]:
@@ -101,23 +101,23 @@ class NightPlan:
             f"  re-measurement: {self.rounds} round(s) of {len(self.arms)} arm(s) "
             f"({', '.join(self.arms)}) = {self.remeasure_runs} run(s), {self.remeasure_runs * m:.1f} min",
         ]
-        if self.search:
-            out.append(f"  search: about {self.candidates} candidate(s), {self.candidates * m:.1f} min")
+        if not self.search:
+            out.append("  search and promotion check: off (--max-trials 0)")
         else:
-            out.append("  search: off (--max-trials 0)")
-        out.append(
-            f"  promotion check: {self.rounds} round(s) of 2 arms = {self.promotion_runs} run(s), "
-            f"{self.promotion_runs * m:.1f} min, when a candidate beats the incumbent"
-        )
+            out.append(f"  search: about {self.candidates} candidate(s), {self.candidates * m:.1f} min")
+            out.append(
+                f"  promotion check: {self.rounds} round(s) of 2 arms = {self.promotion_runs} run(s), "
+                f"{self.promotion_runs * m:.1f} min, when a candidate beats the incumbent"
+            )
         if self.rounds < self.asked_rounds:
             out.append(
                 f"  the budget is short: {self.rounds} round(s) instead of {self.asked_rounds}, "
                 "so that the search still runs"
             )
         if not self.fits:
+            what = f", {MIN_CANDIDATES} candidates and the promotion check" if self.search else ""
             out.append(
-                f"  the budget cannot hold the re-measurement, {MIN_CANDIDATES} candidates and the "
-                f"promotion check: that needs at least {self.smallest_budget_s / 60:.1f} min "
+                f"  the budget cannot hold the re-measurement{what}: that needs at least {self.smallest_budget_s / 60:.1f} min "
                 f"(fix: --budget {math.ceil(self.smallest_budget_s / 60)}m or more)"
             )
         return out
@@ -147,8 +147,8 @@ def make_plan(
     usable = budget_s * (1 - SLACK)
     want = MIN_CANDIDATES if search else 0
 
-    def runs_at(r: int) -> int:
-        return len(arms) * r + want + 2 * r
+    def runs_at(r: int) -> int:  # no search, no promotion check
+        return len(arms) * r + (want + 2 * r if search else 0)
 
     chosen = rounds
     while chosen > 1 and runs_at(chosen) * per_run > usable:
@@ -165,7 +165,7 @@ def make_plan(
         asked_rounds=rounds,
         search=search,
         candidates=candidates,
-        promotion_runs=2 * chosen,
+        promotion_runs=2 * chosen if search else 0,
         smallest_budget_s=smallest,
         fits=fits,
     )

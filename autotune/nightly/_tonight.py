@@ -120,6 +120,7 @@ def begin_night(
     setup: TuningSetup, study: optuna.Study, sdir: Path, options: NightOptions, say: Callable[[str], None]
 ) -> _Night:
     """The plan, printed first, then what changed since the last night."""
+    clock = _Clock(options.budget_s)  # from the night's start: the fingerprints count too
     previous = last_night(study)
     number = (previous.number + 1) if previous else 1
     inc_label, inc_config, inc_params = _incumbent(setup, study, options, previous)
@@ -127,6 +128,7 @@ def begin_night(
     one_arm = _same(inc_config, base_config)
     arms = (inc_label,) if one_arm else ("baseline", inc_label)
     costs = measured_run_cost(study, [n.as_dict() for n in nights(study)])
+    clock.prior_costs = costs
     plan = make_plan(
         options.budget_s, costs, arms=arms, rounds=options.rounds, search=options.max_trials != 0
     )
@@ -149,7 +151,7 @@ def begin_night(
         say=say,
         number=number,
         previous=previous,
-        clock=_Clock(options.budget_s, prior_costs=costs),
+        clock=clock,
         plan=plan,
         inc_label=inc_label,
         inc_config=inc_config,
@@ -182,10 +184,12 @@ def remeasure(n: _Night) -> None:
             start = 1
     after = MIN_CANDIDATES + n.plan.promotion_runs if n.plan.search else 0
     k = 0
-    for r in range(start, n.plan.rounds):
+    for r in range(start, n.plan.asked_rounds):
         if r > 0 and not n.clock.can_start(len(arms), after):
-            n.say(f"  round {r + 1} of the re-measurement skipped: the budget would not hold the search")
+            n.say(f"  round {r + 1} of the re-measurement left out: the budget would not hold what follows")
             break
+        if r >= n.plan.rounds:
+            n.say(f"  round {r + 1} too: tonight's runs cost {n.clock.per_run():.0f} s, less than planned")
         for name, config in arms:
             rec = evaluator(k, config)
             k += 1

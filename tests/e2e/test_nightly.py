@@ -102,7 +102,7 @@ def test_an_overlapping_night_refuses_to_start(tmp_path: Path, mark: str) -> Non
     _signal_when_engine_runs(first, mark, "fake_vllm.py", settle_s=0.5, sig=0)  # waits until it runs
     second = _run(_night(tmp_path), mark, tmp_path, env=_env(mark))
     assert second.returncode == 6, second.stderr
-    assert "already running on this host" in second.stderr
+    assert "is already running" in second.stderr
     first.send_signal(signal.SIGTERM)
     first.communicate(timeout=60)
 
