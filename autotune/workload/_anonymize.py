@@ -87,6 +87,16 @@ class Anonymizer:
     def safe_words(self) -> int:
         return len(self._later)
 
+    @property
+    def nodes(self) -> int:
+        """Prefixes in the sibling table (memory grows with the distinct prefixes seen)."""
+        return len(self._children)
+
+    def forget(self) -> None:
+        """Empty the sibling table (a long capture bounds its memory); the hash chain is unchanged."""
+        self._children.clear()
+        self._used.clear()
+
     def _hash(self, *parts: bytes) -> bytes:
         h = hashlib.blake2b(key=self._salt, digest_size=16)
         for part in parts:
