@@ -8,10 +8,10 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from autotune.cli import _options as o
 from autotune.cli._console import out
+from autotune.cli._study_options import Storage, StudiesDir
 from autotune.cli.study import existing_study
-from autotune.errors import ExportError, StorageError, StudyNotFoundError, WorkloadError
+from autotune.errors import ExportError, WorkloadError
 
 # typer needs Optional[...] at runtime on Python 3.10
 # ruff: noqa: UP045
@@ -21,8 +21,8 @@ __all__ = ["report"]
 
 def report(
     study: Annotated[str, typer.Option(help="Study name.")],
-    storage: o.Storage = None,
-    studies_dir: o.StudiesDir = Path("studies"),
+    storage: Storage = None,
+    studies_dir: StudiesDir = Path("studies"),
     out_path: Annotated[
         Optional[Path],
         typer.Option("--out", "-o", help="HTML file to write. Default: STUDIES_DIR/STUDY/report.html."),
@@ -41,23 +41,11 @@ def report(
     that opens offline."""
     from autotune.report import write_study_report
 
-    st = _existing(storage, study, studies_dir)
+    st = existing_study(storage, study, studies_dir)
     facts = _workload_facts(workload, st) if workload is not None else None
     target = out_path or studies_dir / study / "report.html"
     write_study_report(st, target, workload=facts, timings_dir=studies_dir / study)
     out.print(f"wrote {target}")
-
-
-def _existing(storage: str | None, study: str, studies_dir: Path) -> Any:
-    """The study; one that does not exist is bad input (exit 2), as a missing file is elsewhere."""
-    try:
-        return existing_study(storage, study, studies_dir)
-    except StudyNotFoundError:
-        raise
-    except StorageError as exc:  # existing_study says "--study: no study named ..." as a StorageError
-        if str(exc).startswith("--study: no study named"):
-            raise StudyNotFoundError(str(exc)) from None
-        raise
 
 
 def _workload_facts(path: Path, st: Any) -> dict[str, Any]:

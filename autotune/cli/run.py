@@ -288,10 +288,7 @@ def _dry_run(setup: TuningSetup, plan: BaselinePlan) -> int:
         out.print(f"# {setup.profile_note}")
     for warning in startup_warnings(setup.profile):
         out.print(f"# {warning}", soft_wrap=True)
-    previews = preview_commands(
-        setup.space, setup.launch, samples=samples, seed=seed, checker=setup.checker(), memory=setup.guard,
-        reference=plan.reference,
-    )  # fmt: skip
+    previews = preview_commands(setup, samples=samples, seed=seed, reference=plan.reference)
     for pname, reason in setup.space.unsupported.items():
         out.print(f"# not tuned with profile {setup.profile.name}: {pname}: {reason}")
     prior = setup.apply_prior()

@@ -11,7 +11,7 @@ import typer
 from autotune.cli._console import console, out
 from autotune.cli._render import study_table
 from autotune.cli._study_options import Storage, StudiesDir
-from autotune.errors import StorageError
+from autotune.errors import StorageError, StudyNotFoundError
 
 # typer needs Optional[...] at runtime on Python 3.10
 # ruff: noqa: UP045
@@ -25,11 +25,11 @@ def existing_study(storage: str | None, name: str, studies_dir: Path) -> optuna.
 
     url = resolve_storage_url(storage, name, studies_dir)
     if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).exists():
-        raise StorageError(f"--study: no study named {name!r} (no {url.removeprefix('sqlite:///')})")
+        raise StudyNotFoundError(f"--study: no study named {name!r} (no {url.removeprefix('sqlite:///')})")
     st = open_storage(url)
     names = [s.study_name for s in optuna.get_all_study_summaries(st)]
     if name not in names:
-        raise StorageError(f"--study: no study named {name!r} (known: {', '.join(names) or 'none'})")
+        raise StudyNotFoundError(f"--study: no study named {name!r} (known: {', '.join(names) or 'none'})")
     return optuna.load_study(study_name=name, storage=st)
 
 

@@ -128,6 +128,11 @@ class StudySpec(BaseModel):
     api_key_env: str | None = _opt(
         None, "Name of an environment variable holding the API key vLLM should require."
     )
+    engine_pass_env: tuple[str, ...] = _opt(
+        (), "Pass this variable of autotune's environment to vLLM although its name looks like a secret (e.g. a "
+        "plugin's *_TOKEN) (repeatable). autotune's storage URL, PG* variables and the --api-key-env variable "
+        "are never passed.", flag="--engine-pass-env",
+    )  # fmt: skip
     compile_cache: Path | None = _opt(
         None, "Folder for vLLM's compile and kernel caches (VLLM_CACHE_ROOT, TORCHINDUCTOR_CACHE_DIR, "
         "TRITON_CACHE_DIR), shared by every engine that uses it. Default: STUDY/cache (compare: LOG_DIR/cache).",

@@ -9,10 +9,10 @@ from typing import Any
 
 import optuna
 
-from autotune.engine import ArgChecker, LaunchSpec, build_argv
-from autotune.space import RenderedConfig, SearchSpace, render_values
+from autotune.engine import LaunchSpec
+from autotune.space import RenderedConfig, render_values
 from autotune.study import suggest_values
-from autotune.trial import MemoryGuard
+from autotune.tuning._setup import TuningSetup
 
 __all__ = ["CommandPreview", "preview_commands"]
 
@@ -45,17 +45,12 @@ def _transfer_config(argv: list[str]) -> dict[str, Any] | None:
 
 
 def preview_commands(
-    space: SearchSpace,
-    spec: LaunchSpec,
-    *,
-    samples: int,
-    seed: int,
-    checker: ArgChecker | None,
-    memory: MemoryGuard | None,
-    reference: Mapping[str, Any] | None = None,
+    setup: TuningSetup, *, samples: int, seed: int, reference: Mapping[str, Any] | None = None
 ) -> list[CommandPreview]:
     """The baseline (vLLM's defaults, or ``reference`` when they cannot run here) and ``samples``
-    configurations drawn at random from ``space``."""
+    configurations drawn at random from the setup's space, each as the setup's engine would launch it
+    (the engine's own ``argv``), checked by its parser and the memory guard."""
+    space, spec, checker, memory = setup.space, setup.launch, setup.checker(), setup.guard
     sampler_study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=seed))  # in memory
     configs: list[tuple[str, dict[str, Any]]] = [("baseline (vLLM defaults)", {})]
     if reference:
@@ -67,7 +62,7 @@ def preview_commands(
     out = []
     for label, values in configs:
         rendered = render_values(space, values) if values else RenderedConfig(args=())
-        argv = build_argv(spec, rendered, _PORT)
+        argv = setup.engine.argv(spec, rendered, _PORT)
         engine_argv = argv[len(spec.launcher) :]
         error = None
         if checker is not None:

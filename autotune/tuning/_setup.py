@@ -243,6 +243,8 @@ def _build(choices: StudySpec, engine: Engine) -> TuningSetup:
         launcher=tuple(choices.launcher.split()) if choices.launcher else engine.default_launcher(),
         fixed_args=fixed,
         api_key=_api_key(choices.api_key_env),
+        api_key_env=choices.api_key_env,  # the key's source variable: never passed to the engine
+        pass_env=tuple(choices.engine_pass_env),
         startup_timeout_s=choices.startup_timeout,
         env=dict(DEV_MODE_ENV) if pass_plan.repeated else {},  # the cache reset between passes
         cache_dir=Path(choices.compile_cache).expanduser().resolve() if choices.compile_cache else None,
