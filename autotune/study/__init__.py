@@ -15,7 +15,7 @@ from autotune.study._gates import Gate, GateVerdict, standard_gates
 from autotune.study._journal import PendingJournal, storage_fault
 from autotune.study._measure import TrialMeasure, suggest_values
 from autotune.study._objective import Objective, parse_slo
-from autotune.study._orphans import OWNER_ATTR, fail_orphaned_trials
+from autotune.study._orphans import fail_orphaned_trials
 from autotune.study._pruner import IncumbentPruner
 from autotune.study._record import (
     BASELINE_ATTR,
@@ -36,7 +36,6 @@ from autotune.study._summary import failure_summary
 
 __all__ = [
     "BASELINE_ATTR",
-    "OWNER_ATTR",
     "RECORD_VERSION",
     "REFERENCE_ATTR",
     "STORAGE_ENV",
