@@ -56,13 +56,17 @@ def _space(path: Path) -> Path:
 
 
 def _triple_working_set(src: Path, dst: Path) -> Path:
-    """The same requests, each document in 3 versions (a version tag first, so no block is
-    shared across versions): 3x the distinct prefix blocks."""
+    """The same requests, each document in 3 editions: edition k swaps the document's 2nd word with
+    its (k+2)th (the same tokens, so the block boundaries stay; the first block differs, so no
+    block is shared across editions): 3x the distinct prefix blocks."""
     with src.open() as f, dst.open("w") as out:
         for i, line in enumerate(f):
             req = json.loads(line)
-            req["prompt"] = f"edition {i % 3} " + req["prompt"]
-            req["id"] = f"{req.get('id', i)}-e{i % 3}"
+            words, k = req["prompt"].split(" "), i % 3
+            if k:
+                words[1], words[k + 1] = words[k + 1], words[1]
+            req["prompt"] = " ".join(words)
+            req["id"] = f"{req.get('id', i)}-e{k}"
             out.write(json.dumps(req) + "\n")
     return dst
 

@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from autotune import __version__
+from autotune.errors import WorkloadError
 from autotune.memory import read_machine_facts
 from autotune.tuning import TuningSetup
-from autotune.workload import inspect_workload
+from autotune.workload import PromptTokenizer, inspect_workload, load_tokenizer
 
 __all__ = ["describe_changes", "fingerprints", "workload_changes"]
 
@@ -46,10 +47,23 @@ def environment_fingerprint(setup: TuningSetup) -> dict[str, Any]:
     }
 
 
+def model_tokenizer(model: str | None) -> PromptTokenizer | None:
+    """The model's tokenizer when the model is a local directory with one (as the study counts
+    tokens); None: approximate words."""
+    if not model or not Path(model).is_dir():
+        return None
+    try:
+        return load_tokenizer(model)
+    except WorkloadError:
+        return None
+
+
 def workload_fingerprint(setup: TuningSetup) -> dict[str, Any]:
     block = 128 if setup.platform == "cpu" else 16
-    rep = inspect_workload(setup.workload, block_size=block)
+    tok = model_tokenizer(setup.choices.model)
+    rep = inspect_workload(setup.workload, block_size=block, tokenizer=tok)
     return {
+        "tokens_by": tok.name if tok is not None else "words",
         "requests": rep.requests,
         "sessions": rep.sessions,
         "prompt_p50": rep.prompt_tokens.p50,
@@ -109,6 +123,7 @@ def workload_changes(
     for key, label, fmt in _WORDS:
         a, b = before.get(key), now.get(key)
         if isinstance(a, int | float) and isinstance(b, int | float) and a != b:
-            ratio = f" (x{b / a:.1f})" if a and key != "prefix_reuse" else ""
+            big = a and key != "prefix_reuse" and not 0.9 <= b / a <= 1.1
+            ratio = f" (x{b / a:.1f})" if big else ""
             out.append(f"{label} {fmt.format(a)} -> {fmt.format(b)}{ratio}")
     return out or ["the workload file changed; its sizes and reuse did not"]

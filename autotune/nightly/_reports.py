@@ -12,13 +12,14 @@ from typing import Any
 
 import optuna
 
-from autotune.errors import AutotuneError, StorageError, WorkloadError
+from autotune.errors import AutotuneError, StorageError
+from autotune.nightly._fingerprint import model_tokenizer
 from autotune.nightly._history import NightRecord, nights, save_night
 from autotune.report import write_nightly_index, write_study_report
 from autotune.space import flag_pairs
 from autotune.study import open_storage, redact_url, resolve_storage_url
 from autotune.tuning import TuningSetup
-from autotune.workload import PromptTokenizer, inspect_workload, load_tokenizer
+from autotune.workload import inspect_workload
 
 __all__ = ["history_lines", "index_rows", "night_workload_facts", "write_night_reports"]
 
@@ -37,11 +38,7 @@ def _block_size(args: list[str] | None, platform: str) -> int:
 def night_workload_facts(setup: TuningSetup, record: NightRecord) -> dict[str, Any]:
     """The workload's facts as the study counts its tokens (the model's tokenizer when the model is
     a local directory with one, else approximate words) at the incumbent command's block size."""
-    tokenizer: PromptTokenizer | None = None
-    model = setup.choices.model
-    if model and Path(model).is_dir():
-        with contextlib.suppress(WorkloadError):
-            tokenizer = load_tokenizer(model)
+    tokenizer = model_tokenizer(setup.choices.model)
     block = _block_size(record.incumbent_args, setup.platform)
     facts = inspect_workload(setup.workload, block_size=block, tokenizer=tokenizer).as_dict()
     facts["counted_by"] = tokenizer.name if tokenizer is not None else "approximate words (no tokenizer here)"
