@@ -65,6 +65,7 @@ def cli_option(name: str, command: str | None = None) -> tuple[Any, Any]:
 
 
 Storage = cli_option("storage")[0]
+ExportPath = cli_option("out")[0]
 StudiesDir = cli_option("studies_dir")[0]
 
 

@@ -10,12 +10,12 @@ import typer
 from rich.table import Table
 
 from autotune.cli._console import console, out
-from autotune.cli._study_options import Storage, StudiesDir, study_command
+from autotune.cli._study_options import ExportPath, Storage, StudiesDir, study_command
 from autotune.cli.run import open_and_announce
-from autotune.errors import EXIT_NOTHING_FEASIBLE, EXIT_REGRESSION, ConfigError
+from autotune.errors import EXIT_NOTHING_FEASIBLE, EXIT_REGRESSION, ConfigError, PromoteHookError
 from autotune.spec import StudySpec
 
-__all__ = ["app", "history", "nightly"]
+__all__ = ["app", "history", "nightly", "rollback"]
 
 app = typer.Typer(
     help="One unattended night of tuning; `autotune nightly history` prints a study's nights.",
@@ -55,6 +55,8 @@ def nightly(spec: StudySpec) -> None:
         record = run_night(setup, st, sdir, options, say=lambda line: console.print(line, soft_wrap=True))
         _write_reports(st, sdir, record, setup.workload.path)
     out.print(record.summary(), soft_wrap=True)
+    if record.decision == "promoted" and spec.on_promote:
+        _deliver(spec, record, options.out)  # after the atomic export; its failure never loses it (exit 7)
     if record.decision == "nothing_feasible":
         raise typer.Exit(EXIT_NOTHING_FEASIBLE)
     if record.regression:
@@ -69,6 +71,49 @@ def history(
 ) -> None:
     """Print the nights of a study: incumbent, noise, regression, decision, trials, what changed."""
     _print_history(study, storage, studies_dir)
+
+
+def _deliver(spec: StudySpec, record: Any, export: Path) -> None:
+    """Run --on-promote with the new config, the previous one and the night's figures in its environment."""
+    from autotune.nightly import promoted_history, run_on_promote
+
+    assert spec.on_promote is not None
+    kept = promoted_history(export, export.parent / "history")
+    figures = {
+        "best_value": (record.incumbent_figure or {}).get("median", float("nan")),
+        "baseline_value": (record.baseline_figure or {}).get("median", float("nan")),
+    }
+    result = run_on_promote(
+        spec.on_promote,
+        new_config=export,
+        previous_config=kept[-2] if len(kept) >= 2 else None,
+        figures=figures,
+        night=str(record.number),
+        timeout_s=spec.on_promote_timeout,
+        objective=record.metric,
+        scrub=[spec.api_key_env] if spec.api_key_env else [],
+    )
+    console.print(f"--on-promote: {result.describe()}", markup=False, soft_wrap=True)
+    if not result.ok:
+        raise PromoteHookError(
+            f"--on-promote: {result.describe()}; the export {export} is kept (fix: read the hook's log, then "
+            "re-run the hook by hand, or `autotune nightly rollback`)"
+        )
+
+
+@app.command("rollback")
+def rollback(
+    study: Annotated[str, typer.Option(help="Study name.")],
+    studies_dir: StudiesDir = Path("studies"),
+    out_path: ExportPath = None,
+) -> None:
+    """Restore the previous promoted config into the export path (atomically); the withdrawn one is kept.
+    The --on-promote hook is not run: deliver the restored file as a promotion is delivered."""
+    from autotune.nightly import rollback as restore
+
+    export = Path(out_path) if out_path else Path(studies_dir) / study / "best.yaml"
+    restored, withdrawn = restore(export, export.parent / "history")
+    out.print(f"restored {restored} into {export}; the withdrawn config is kept as {withdrawn}")
 
 
 def _write_reports(st: Any, sdir: Path, record: Any, workload: Path) -> None:

@@ -1,0 +1,93 @@
+"""The promoted config out: a night's --on-promote commits it into a Git repository; a failing hook keeps
+the export and exits 7; `nightly rollback` restores the previous promotion (issue 29, item 4)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from tests.conftest import FAKE_LAUNCHER, MARK_ENV, REPO, wait_no_processes
+
+SPACE = """name: nightly-promote
+platform: cpu
+parameters:
+  block_size: {type: categorical, choices: [32, 64, 128], flag: --block-size}
+"""
+
+
+def _files(tmp_path: Path) -> tuple[Path, Path, Path]:
+    wl = tmp_path / "wl.jsonl"
+    rows = [
+        {"prompt": f"question {i} " + "word " * 40, "max_tokens": 4, "timestamp": i * 0.03} for i in range(16)
+    ]
+    wl.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    model = tmp_path / "fake-model"
+    model.mkdir(exist_ok=True)
+    (model / "config.json").write_text((REPO / "tests/data/model_configs/tiny-llama-2layer.json").read_text())
+    (tmp_path / "space.yaml").write_text(SPACE)
+    return wl, model, tmp_path / "space.yaml"
+
+
+def _night(tmp_path: Path, study: str, hook: str, mark: str) -> subprocess.CompletedProcess[str]:
+    wl, model, space = _files(tmp_path)
+    args = [
+        "nightly", "--study", study, "--workload", str(wl), "--model", str(model), "--space", str(space),
+        "--launcher", " ".join(FAKE_LAUNCHER), "--studies-dir", str(tmp_path / "studies"),
+        "--no-check-args", "--no-check-memory", "--objective", "ttft_p50", "--budget", "6m",
+        "--rounds", "2", "--min-improvement", "0.15", "--max-trials", "6", "--passes", "1",
+        "--out", str(tmp_path / study / "best.yaml"), "--on-promote", hook,
+    ]  # fmt: skip
+    # the fake's modelled TTFT x5: block 64 is ~40% faster than the default 128, far above its jitter
+    env = {**os.environ, MARK_ENV: mark, "PYTHONPATH": str(REPO), "FAKE_TTFT_SCALE": "5"}
+    return subprocess.run(
+        [sys.executable, "-m", "autotune", *args],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_a_night_commits_its_promotion_into_git_and_a_failing_hook_keeps_the_export(
+    tmp_path: Path, mark: str
+) -> None:
+    repo = tmp_path / "gitops"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    hook = (
+        f'cp "$AUTOTUNE_NEW_CONFIG" {repo}/vllm.yaml && git -C {repo} add vllm.yaml && '
+        f'git -C {repo} -c user.name=autotune -c user.email=a@b commit -q -m "night $AUTOTUNE_NIGHT: '
+        f'$AUTOTUNE_OBJECTIVE $AUTOTUNE_BEST_VALUE"'
+    )
+    night = _night(tmp_path, "prod", hook, mark)
+    assert night.returncode == 0, night.stderr
+    assert "Promoted trial #" in night.stdout and "--on-promote: " in night.stderr
+    committed = yaml.safe_load((repo / "vllm.yaml").read_text())
+    assert committed == yaml.safe_load((tmp_path / "prod" / "best.yaml").read_text())
+    assert committed["block-size"] == 64
+    log = subprocess.run(
+        ["git", "-C", str(repo), "log", "--format=%s"], capture_output=True, text=True
+    ).stdout
+    assert log.startswith("night 1: ttft_p50 ")
+
+    failing = _night(tmp_path, "other", "echo cannot reach the cluster >&2; exit 9", mark)
+    assert failing.returncode == 7, (failing.stdout, failing.stderr)
+    assert "the export" in failing.stderr and "is kept" in failing.stderr
+    assert yaml.safe_load((tmp_path / "other" / "best.yaml").read_text())["block-size"] == 64
+    assert not wait_no_processes(mark, timeout=15)
+
+
+def test_rollback_with_nothing_to_roll_back_to_says_so(tmp_path: Path, mark: str) -> None:
+    export = tmp_path / "best.yaml"
+    export.write_text("model: m\nblock-size: 64\n")
+    res = subprocess.run(
+        [sys.executable, "-m", "autotune", "nightly", "rollback", "--study", "s", "--out", str(export)],
+        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert res.returncode != 0 and "Traceback" not in res.stderr
+    assert export.read_text() == "model: m\nblock-size: 64\n"
