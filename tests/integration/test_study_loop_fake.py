@@ -24,16 +24,7 @@ from autotune.study import (
 )
 from autotune.trial import VllmEvaluator
 from autotune.workload import load_workload
-from tests.conftest import FAKE_LAUNCHER, MARK_ENV
-
-SPACE = """
-name: fake
-platform: cpu
-parameters:
-  block_size: {type: categorical, choices: [32, 64, 128], flag: --block-size}
-  max_num_batched_tokens: {type: categorical, choices: [256, 1024, 4096], flag: --max-num-batched-tokens}
-  enable_prefix_caching: {type: bool, flag: --enable-prefix-caching}
-"""
+from tests.conftest import FAKE_LAUNCHER, MARK_ENV, write_fake_space
 
 
 def _workload(path: Path, n: int = 12) -> Path:
@@ -45,8 +36,7 @@ def _workload(path: Path, n: int = 12) -> Path:
 
 
 def test_study_runs_baseline_first_records_failures_resumes_and_exports(tmp_path: Path, mark: str) -> None:
-    (tmp_path / "space.yaml").write_text(SPACE)
-    space = load_search_space(tmp_path / "space.yaml")
+    space = load_search_space(write_fake_space(tmp_path))
     wl = load_workload(_workload(tmp_path / "wl.jsonl"))
     spec = LaunchSpec(
         model="fake-model",

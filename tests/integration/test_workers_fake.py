@@ -27,12 +27,12 @@ from pathlib import Path
 import optuna
 import pytest
 
-from autotune.engine import LEASE_DIR_ENV, lease_holders
+from autotune.engine._lease import LEASE_DIR_ENV, lease_holders
+from autotune.spec import StudySpec
 from autotune.study import TrialReport, open_storage, read_record
 from autotune.tuning import (
     RUN_ATTR,
     ParallelRun,
-    TuningChoices,
     TuningSetup,
     build_setup,
     open_study,
@@ -43,17 +43,9 @@ from autotune.tuning import (
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
-from tests.conftest import FAKE_VLLM, MARK_ENV, wait_no_processes  # noqa: E402
+from tests.conftest import FAKE_VLLM, MARK_ENV, wait_no_processes, write_fake_space  # noqa: E402
 from tests.unit.conftest import FakeProbe, h100  # noqa: E402
 
-SPACE = """
-name: fake
-platform: cpu
-parameters:
-  block_size: {type: categorical, choices: [32, 64, 128], flag: --block-size}
-  max_num_batched_tokens: {type: categorical, choices: [256, 1024, 4096], flag: --max-num-batched-tokens}
-  enable_prefix_caching: {type: bool, flag: --enable-prefix-caching}
-"""
 WRAPPER = """#!/bin/sh
 echo "ENGINE_ENV gpus=${{CUDA_VISIBLE_DEVICES:-none}} lease=${{AUTOTUNE_GPU_LEASE:-none}}"
 exec {python} {fake} "$@"
@@ -70,26 +62,26 @@ def _files(tmp_path: Path, n_requests: int = 8) -> dict[str, str]:
     with wl.open("w") as f:
         for i in range(n_requests):
             f.write(json.dumps({"prompt": f"{doc} q{i}", "max_tokens": 4, "timestamp": i * 0.02}) + "\n")
-    (tmp_path / "space.yaml").write_text(SPACE)
+    space = write_fake_space(tmp_path)
     wrapper = tmp_path / "engine.sh"
     wrapper.write_text(WRAPPER.format(python=sys.executable, fake=FAKE_VLLM))
     wrapper.chmod(0o755)
     return {
         "workload": str(wl),
         "model": str(model),
-        "space": str(tmp_path / "space.yaml"),
+        "space": str(space),
         "launcher": str(wrapper),
     }
 
 
-def _choices(files: dict[str, str], *engine_args: str) -> TuningChoices:
-    return TuningChoices(
+def _choices(files: dict[str, str], *engine_args: str) -> StudySpec:
+    return StudySpec(
         workload=Path(files["workload"]),
         model=files["model"],
         space=Path(files["space"]),
         launcher=files["launcher"],
         engine_args=("--kv-cache-memory-bytes=64M", "--max-model-len=1024", *engine_args),
-        startup_timeout_s=30,
+        startup_timeout=30,
         warmup=1,
         check_args=False,
         objective="ttft_p90",
