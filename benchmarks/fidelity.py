@@ -39,7 +39,8 @@ import psutil
 from prometheus_client.parser import text_string_to_metric_families
 
 from autotune.bench import ArrivalSpec, MetricsDelta, ReplayTarget, parse_metrics, replay, summarize, warm_up
-from autotune.engine import EngineProcess, free_port
+from autotune.engine import EngineProcess
+from autotune.engine._process import free_port
 from autotune.space import RenderedConfig
 from autotune.study import TrialRecord, TrialReport, TrialStatus, ensure_baseline, load_or_create, run_study
 from autotune.tuning import TuningSetup, build_setup, plan_baseline

@@ -47,7 +47,7 @@ from autotune.bench import (
     replay_client,
     summarize,
 )
-from autotune.engine import free_port
+from autotune.engine._process import free_port
 from autotune.workload import Workload, WorkloadRequest
 
 FAKE_VLLM = c.REPO / "tests" / "fakes" / "fake_vllm.py"

@@ -22,7 +22,9 @@ from typing import Any
 import psutil
 import pytest
 
-from autotune.engine import CPU_LAUNCHER, EngineProcess, LaunchSpec, VllmArgChecker, parse_engine_args
+from autotune.engine import EngineProcess, LaunchSpec
+from autotune.engine._argcheck import VllmArgChecker
+from autotune.engine._launch import CPU_LAUNCHER, parse_engine_args
 from autotune.engine._oomkill import oom_kill_count
 from autotune.errors import EngineArgsError, EngineCrashed, EngineStartError
 from autotune.space import RenderedConfig

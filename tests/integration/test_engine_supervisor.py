@@ -8,7 +8,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from autotune.engine import EngineProcess, LaunchSpec, parse_engine_args, port_is_free
+from autotune.engine import EngineProcess, LaunchSpec
+from autotune.engine._launch import parse_engine_args
+from autotune.engine._process import port_is_free
 from autotune.errors import EngineCrashed, EngineStartError
 from autotune.space import RenderedConfig
 from tests.conftest import FAKE_LAUNCHER, MARK_ENV, processes_marked

@@ -22,7 +22,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from autotune.engine import CPU_LAUNCHER, EngineProcess, LaunchSpec, clean_leftover_engines, parse_engine_args
+from autotune.engine import EngineProcess, LaunchSpec, clean_leftover_engines
+from autotune.engine._launch import CPU_LAUNCHER, parse_engine_args
 from autotune.space import RenderedConfig
 from tests.conftest import FAKE_LAUNCHER, FAKE_VLLM, MARK_ENV, REPO, wait_no_processes
 

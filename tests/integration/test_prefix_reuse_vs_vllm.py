@@ -9,7 +9,8 @@ import httpx
 import pytest
 
 from autotune.bench import ArrivalSpec, MetricsDelta, ReplayTarget, replay, scrape_metrics
-from autotune.engine import CPU_LAUNCHER, EngineProcess, LaunchSpec, parse_engine_args
+from autotune.engine import EngineProcess, LaunchSpec
+from autotune.engine._launch import CPU_LAUNCHER, parse_engine_args
 from autotune.space import RenderedConfig
 from autotune.workload import inspect_workload, load_tokenizer, load_workload
 from tests.conftest import MARK_ENV, REPO

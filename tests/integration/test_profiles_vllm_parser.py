@@ -20,7 +20,8 @@ from typing import Any
 
 import pytest
 
-from autotune.engine import EngineProfile, InstalledEngine, VllmArgChecker, build_profile
+from autotune.engine import EngineProfile, InstalledEngine, build_profile
+from autotune.engine._argcheck import VllmArgChecker
 from autotune.engine._profiles import ASCEND_CONNECTOR_MODULES
 from autotune.space import SearchSpace, apply_profile, load_search_space, render_values
 from tests.conftest import REPO

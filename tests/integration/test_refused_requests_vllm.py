@@ -11,7 +11,8 @@ import psutil
 import pytest
 
 from autotune.bench import ArrivalSpec
-from autotune.engine import CPU_LAUNCHER, LaunchSpec, parse_engine_args
+from autotune.engine import LaunchSpec
+from autotune.engine._launch import CPU_LAUNCHER, parse_engine_args
 from autotune.space import RenderedConfig
 from autotune.study import TrialStatus
 from autotune.trial import VllmEvaluator

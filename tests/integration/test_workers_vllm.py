@@ -9,11 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from autotune.spec import StudySpec
 from autotune.study import read_record
 from autotune.tuning import (
     RUN_ATTR,
-    ArrivalChoice,
-    TuningChoices,
     build_setup,
     open_study,
     plan_baseline,
@@ -30,12 +29,12 @@ def test_two_workers_on_real_vllm_share_one_study(
 ) -> None:
     monkeypatch.setenv(MARK_ENV, mark)
     monkeypatch.setenv("AUTOTUNE_GPU_LEASE_DIR", str(tmp_path / "leases"))
-    choices = TuningChoices(
+    choices = StudySpec(
         workload=REPO / "examples" / "rag.jsonl",
         model=str(tiny_model),
         engine_args=("--enforce-eager", "--max-model-len=2048", "--kv-cache-memory-bytes=64M"),
-        arrivals=ArrivalChoice(speed=3.0),
-        startup_timeout_s=300,
+        speed=3.0,
+        startup_timeout=300,
         check_args=False,
         min_throughput_ratio=0.3,
         passes="1",  # storage under concurrent writers is the subject, not passes or pruning

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from autotune.engine import CACHE_ENV_DIRS, LaunchSpec
+from autotune.engine import LaunchSpec
+from autotune.engine._launch import CACHE_ENV_DIRS
 from autotune.space import RenderedConfig
 
 NO_ARGS = RenderedConfig(args=())

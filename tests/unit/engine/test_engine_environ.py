@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from autotune.engine import LaunchSpec, engine_environ
+from autotune.engine import LaunchSpec
+from autotune.engine._environ import engine_environ
 from autotune.space import RenderedConfig
 
 SHELL = {

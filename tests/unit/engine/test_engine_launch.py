@@ -2,7 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.engine import CPU_LAUNCHER, GPU_LAUNCHER, LaunchSpec, build_argv, parse_engine_args
+from autotune.engine import LaunchSpec
+from autotune.engine._launch import CPU_LAUNCHER, GPU_LAUNCHER, build_argv, parse_engine_args
 from autotune.errors import ConfigError
 from autotune.space import RenderedConfig
 

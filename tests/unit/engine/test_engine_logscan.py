@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from autotune.engine import FailureClass, KvCapacity, classify_failure, parse_kv_capacity
+from autotune.engine import FailureClass
+from autotune.engine._logscan import KvCapacity, classify_failure, parse_kv_capacity
 from autotune.engine._oomkill import oom_kill_count
 
 CPU_KV_LINE = (

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from autotune.engine import parse_kv_capacity
+from autotune.engine._logscan import parse_kv_capacity
 
 LOG_026 = """\
 (EngineCore_DP0 pid=812) INFO 11-29 12:01:02 [kv_cache_utils.py:2177] GPU KV cache size: 56,432 tokens

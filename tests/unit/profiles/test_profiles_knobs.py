@@ -10,7 +10,8 @@ import pytest
 from rich.console import Console
 
 from autotune.cli.doctor import profile_report
-from autotune.engine import InstalledEngine, LmcacheOps, build_profile, installed_engine, supported_knobs
+from autotune.engine import InstalledEngine, build_profile, installed_engine, supported_knobs
+from autotune.engine._lmcache_ops import LmcacheOps
 from autotune.engine._profiles import ASCEND_CONNECTOR_MODULES
 from tests.conftest import REPO
 
