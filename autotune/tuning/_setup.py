@@ -229,7 +229,7 @@ def _build(choices: StudySpec, engine: Engine) -> TuningSetup:
     check_model(choices.model)
     profile, note = engine.select_profile(choices.profile, preview=choices.dry_run)
     space_path = choices.space or engine.default_space(profile)
-    space = apply_profile(load_search_space(space_path), profile)
+    space = apply_profile(load_search_space(space_path, opt_in=choices.opt_in), profile)
     slos = dict(parse_slo(s) for s in choices.slo)
     objective = Objective(
         metric=choices.objective, min_throughput_ratio=choices.min_throughput_ratio, slos_ms=slos
