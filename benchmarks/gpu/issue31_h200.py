@@ -232,6 +232,8 @@ def fp8(r: Run) -> None:
     for name, c in configs.items():
         (r.state / f"kv-{name}.yaml").write_text(json.dumps(c) + "\n")  # JSON is YAML
     fixed = [f for f in r.fixed if not f.startswith("--kv-cache-memory-bytes")]
+    if os.environ.get("I31_FP8_EAGER") == "1" and not r.cpu:  # eager starts (25-40 s) when device time is short
+        fixed.append("--enforce-eager")
     base = ["-m", r.model, "-w", str(rag if not r.cpu else r.workload), "--rounds", "1", "--passes", "1",
             *[f"--engine-arg={f}" for f in fixed]]  # fmt: skip
     if r.launcher:
