@@ -68,9 +68,9 @@ def _files(folder: Path, window_s: float | None) -> list[tuple[float, Path]]:
     return files
 
 
-def _merge(folder: Path, files: list[tuple[float, Path]]) -> Workload:
+def _merge(folder: Path, files: list[tuple[float, Path]], skip_bad_lines: bool) -> Workload:
     """All requests on one clock, by arrival time; timestamps rebased to the earliest."""
-    loaded = [(start, load_workload(p)) for start, p in files]
+    loaded = [(start, load_workload(p, skip_bad_lines=skip_bad_lines)) for start, p in files]
     timed = all(w.has_timestamps for _, w in loaded)
     rows: list[tuple[float, WorkloadRequest]] = []
     for start, w in loaded:
@@ -82,7 +82,8 @@ def _merge(folder: Path, files: list[tuple[float, Path]]) -> Workload:
     requests = tuple(
         replace(r, index=i, timestamp=(t - t0) if timed else r.timestamp) for i, (t, r) in enumerate(rows)
     )
-    return Workload(path=folder, requests=requests)
+    skipped = tuple(message for _, w in loaded for message in w.skipped)
+    return Workload(path=folder, requests=requests, skipped=skipped)
 
 
 def _sessions_by_start(w: Workload) -> list[tuple[WorkloadRequest, ...]]:
@@ -125,7 +126,9 @@ def _sample(w: Workload, max_requests: int | None, max_duration_s: float | None,
         ]
     if w.has_timestamps:
         requests.sort(key=lambda r: (r.timestamp or 0.0, r.index))
-    return Workload(path=w.path, requests=tuple(replace(r, index=i) for i, r in enumerate(requests)))
+    return Workload(
+        path=w.path, requests=tuple(replace(r, index=i) for i, r in enumerate(requests)), skipped=w.skipped
+    )
 
 
 def load_traffic(
@@ -135,6 +138,7 @@ def load_traffic(
     max_requests: int | None = None,
     max_duration_s: float | None = None,
     seed: int = 0,
+    skip_bad_lines: bool = False,
 ) -> Workload:
     """A workload from a traffic folder (or one file), windowed and sampled down (module docstring).
 
@@ -146,9 +150,9 @@ def load_traffic(
     if max_duration_s is not None and max_duration_s <= 0:
         raise WorkloadError(f"max_duration: {max_duration_s:g} s is not positive (e.g. 10m)")
     if source.is_dir():
-        workload = _merge(source, _files(source, window_s))
+        workload = _merge(source, _files(source, window_s), skip_bad_lines)
     elif source.is_file():
-        workload = load_workload(source)
+        workload = load_workload(source, skip_bad_lines=skip_bad_lines)
     else:
         raise WorkloadError(f"{source}: no such file or folder (pass a workload file or a folder of them)")
     if not workload.requests:
