@@ -27,7 +27,7 @@ import optuna
 
 from autotune.export import export_best
 from autotune.nightly._decide import Candidate, candidates_of, no_candidate_reason, worse_reason
-from autotune.nightly._history import NIGHT_ATTR, NightRecord, save_night
+from autotune.nightly._history import NIGHT_ATTR, NightRecord, nights, save_night
 from autotune.nightly._tonight import NightOptions, _Night, begin_night, remeasure
 from autotune.nightly._verdict import figure_of, regression
 from autotune.space import RenderedConfig
@@ -156,6 +156,20 @@ def _confirm(n: _Night, best: Candidate) -> _Decision:
     return _Decision("promoted", why, best.number)
 
 
+def _verdict(n: _Night) -> tuple[bool, str]:
+    """The regression verdict against the incumbent's last figure; the noise pooled over the runs
+    of this command on up to 5 earlier nights and tonight's baseline arm."""
+    if n.previous is None:
+        return n.inc_figure is None, "first night: nothing to compare with"
+    args = list(n.inc_config.args)
+    same = [p for p in nights(n.study) if p.incumbent_args == args and p.incumbent_figure]
+    last_fig = n.previous.incumbent_figure if n.previous.incumbent_args == args else None
+    more = [list(p.incumbent_figure.get("runs") or []) for p in same[-6:-1] if p.incumbent_figure]
+    if n.base_figure is not None and not n.one_arm:
+        more.append(list(n.base_figure.get("runs") or []))
+    return regression(n.maximize, n.inc_figure, last_fig, n.options.min_improvement, more)
+
+
 def run_night(
     setup: TuningSetup,
     study: optuna.Study,
@@ -166,15 +180,7 @@ def run_night(
 ) -> NightRecord:
     n = begin_night(setup, study, sdir, options, say)
     remeasure(n)
-    last_fig = None
-    if n.previous is not None and n.previous.incumbent_args == list(n.inc_config.args):
-        last_fig = n.previous.incumbent_figure
-    if n.previous is None:
-        regressed, why_regression = n.inc_figure is None, "first night: nothing to compare with"
-    else:
-        regressed, why_regression = regression(
-            n.maximize, n.inc_figure, last_fig, n.band.value or 0.0, options.min_improvement
-        )
+    regressed, why_regression = _verdict(n)
     why_none = _search(n)
     cands = candidates_of(study, n.number)
     decision = _decide(n, cands, why_none)

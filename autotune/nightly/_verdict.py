@@ -73,14 +73,21 @@ def noise_band(arms: Sequence[Sequence[TrialRecord]], metric: str, earlier: Sequ
 
 
 def regression(
-    maximize: bool, tonight: dict[str, Any] | None, last: dict[str, Any] | None, band: float, floor: float
+    maximize: bool,
+    tonight: dict[str, Any] | None,
+    last: dict[str, Any] | None,
+    floor: float,
+    more_runs: Sequence[Sequence[float]] = (),
 ) -> tuple[bool, str]:
     """Is tonight's incumbent worse than its last figure beyond the noise?
 
-    The noise is the runs' relative standard deviation, pooled over tonight's arms and last night's
-    runs of the incumbent; the threshold is 2.5 standard errors of the difference of the two
-    figures (each a median of its runs), and never below ``floor``. Measured with a 5% run-to-run
-    CV and 2 runs a night: 0 false alarms in 10 quiet nights (benchmarks/nightly_alarms.py).
+    The noise is the runs' relative standard deviation, pooled within groups: tonight's runs of
+    the incumbent, its last night's runs and ``more_runs`` (earlier nights' runs of the same
+    command, tonight's baseline arm). Pooling within groups keeps a level shift out of the noise;
+    pooling several groups (never the max of small ones) keeps the estimate steady. The threshold
+    is 2.5 standard errors of the difference of the two figures (each a median of its runs), and
+    never below ``floor``. Measured with a 5% run-to-run CV and 2 runs a night:
+    benchmarks/nightly_alarms.py (0 of 10 false alarms, detections of a 20% slowdown).
     """
     if tonight is None:
         return True, "the incumbent produced no figures tonight (it no longer runs here)"
@@ -88,7 +95,7 @@ def regression(
         return False, "no earlier figure of this incumbent to compare with"
     runs_now = list(tonight.get("runs") or [tonight["median"]])
     runs_last = list(last.get("runs") or [last["median"]])
-    sd = max(band, pooled_sd([runs_now, runs_last]) or 0.0)
+    sd = pooled_sd([runs_now, runs_last, *more_runs]) or 0.0
     threshold = max(floor, Z_REGRESSION * sd * math.sqrt(1 / len(runs_now) + 1 / len(runs_last)))
     sign = -1.0 if maximize else 1.0
     change = sign * (tonight["median"] - last["median"]) / abs(last["median"])
@@ -96,5 +103,5 @@ def regression(
     moved = f"{change:.1%} worse" if change > 0 else f"{-change:.1%} better"
     return worse, (
         f"median {last['median']:.4g} -> {tonight['median']:.4g} ({moved} than its last figure), "
-        f"threshold {threshold:.1%} (2.5 standard errors of tonight's noise, at least the minimum)"
+        f"threshold {threshold:.1%} (2.5 standard errors of the measured noise, at least the minimum)"
     )

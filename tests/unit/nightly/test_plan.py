@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from autotune.nightly._plan import _Clock, make_plan
-from autotune.nightly._verdict import noise_band
+from autotune.nightly._verdict import noise_band, regression
 from autotune.study import Figures, TrialRecord, TrialStatus
 
 
@@ -73,3 +73,13 @@ def test_one_round_takes_its_band_from_the_passes_then_earlier_nights_never_zero
     assert band.value is not None and band.value > 0.1 and "passes' spread" in band.source
     runs = [[_run(100.0), _run(110.0)]]
     assert noise_band(runs, "ttft_p50", []).source == "pooled over 2 runs tonight"
+
+
+def test_the_regression_pools_the_noise_of_earlier_nights_of_the_same_command() -> None:
+    last = {"median": 100.0, "low": 99.0, "high": 101.0, "runs": [99.0, 101.0]}
+    slow = {"median": 120.0, "low": 115.0, "high": 125.0, "runs": [115.0, 125.0]}
+    worse, why = regression(False, slow, last, 0.05, [[100.0, 102.0], [98.0, 100.0], [101.0, 99.0]])
+    assert worse and "20.0% worse" in why
+    quiet = {"median": 104.0, "low": 103.0, "high": 105.0, "runs": [103.0, 105.0]}
+    assert not regression(False, quiet, last, 0.05, [[100.0, 102.0], [98.0, 100.0]])[0]
+    assert regression(False, None, last, 0.05)[0]  # the incumbent no longer runs
