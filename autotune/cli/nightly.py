@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
 from autotune.cli._console import console, out
 from autotune.cli._study_options import ExportPath, Storage, StudiesDir, study_command
@@ -34,7 +33,7 @@ def nightly(spec: StudySpec) -> None:
     Exit codes: 0 no regression (kept or promoted); 3 regression detected; 4 nothing feasible;
     2 usage error; 6 the study is already running; 1 other error.
     """
-    from autotune.nightly import NightOptions, run_night
+    from autotune.nightly import NightOptions, run_night, write_night_reports
     from autotune.tuning import StudyLock, build_setup, check_study_name, plan_baseline
 
     if spec.study is None:
@@ -53,7 +52,10 @@ def nightly(spec: StudySpec) -> None:
             max_trials=spec.max_trials,
         )
         record = run_night(setup, st, sdir, options, say=lambda line: console.print(line, soft_wrap=True))
-        _write_reports(st, sdir, record, setup.workload.path)
+        record, report, index = write_night_reports(st, sdir, record, setup)
+        console.print(
+            f"report: {report or 'not written (see the log)'}; index of nights: {index or 'not written'}"
+        )
     out.print(record.summary(), soft_wrap=True)
     if record.decision == "promoted" and spec.on_promote:
         _deliver(spec, record, options.out)  # after the atomic export; its failure never loses it (exit 7)
@@ -70,7 +72,10 @@ def history(
     studies_dir: StudiesDir = Path("studies"),
 ) -> None:
     """Print the nights of a study: incumbent, noise, regression, decision, trials, what changed."""
-    _print_history(study, storage, studies_dir)
+    from autotune.nightly import history_lines
+
+    for line in history_lines(study, storage, studies_dir):
+        out.print(line, soft_wrap=True, markup=False)
 
 
 def _deliver(spec: StudySpec, record: Any, export: Path) -> None:
@@ -114,81 +119,3 @@ def rollback(
     export = Path(out_path) if out_path else Path(studies_dir) / study / "best.yaml"
     restored, withdrawn = restore(export, export.parent / "history")
     out.print(f"restored {restored} into {export}; the withdrawn config is kept as {withdrawn}")
-
-
-def _write_reports(st: Any, sdir: Path, record: Any, workload: Path) -> None:
-    """The night's report and the index across nights; a report that cannot be written is a warning,
-    never a failed night (the decision and the export are already made)."""
-    from dataclasses import replace
-
-    from autotune.nightly import nights, save_night
-
-    try:
-        from autotune.report import write_nightly_index, write_study_report
-        from autotune.workload import inspect_workload, load_workload
-
-        night_dir = sdir / f"night-{record.number:04d}"
-        wl = inspect_workload(load_workload(workload)).as_dict()
-        path = write_study_report(
-            st, night_dir / "report.html", workload=wl, fingerprints=record.fingerprints
-        )
-        save_night(st, replace(record, report=str(path)))
-        index = [
-            {
-                "date": n.date,
-                "objective": n.metric,
-                "incumbent": n.incumbent_figure or {},
-                "promoted": n.decision == "promoted",
-                "regression": n.regression,
-                "fingerprint_changes": n.changes,
-                "report_path": n.report,
-                "reason": n.reason,
-            }
-            for n in nights(st)
-        ]
-        written = write_nightly_index(index, sdir / "nights.html")
-        console.print(f"report: {path}; index of nights: {written}")
-    except Exception as exc:
-        console.print(f"[yellow]the night's report was not written: {type(exc).__name__}: {exc}[/yellow]")
-
-
-def _print_history(name: str, storage: str | None, studies_dir: Path) -> None:
-    from autotune.cli.study import existing_study
-    from autotune.nightly import nights
-
-    st = existing_study(storage, name, studies_dir)
-    found = nights(st)
-    if not found:
-        out.print(f"study {name} has no nights yet (run `autotune nightly --study {name} ...`)")
-        return
-    table = Table(title=f"nights of study {name}")
-    for col in (
-        "#",
-        "date",
-        "incumbent",
-        "median [range]",
-        "baseline",
-        "noise",
-        "regression",
-        "decision",
-        "trials",
-        "min",
-        "changed",
-    ):
-        table.add_column(col, overflow="fold")
-    for n in found:
-        inc, base = n.incumbent_figure, n.baseline_figure
-        table.add_row(
-            str(n.number),
-            n.date[:16],
-            n.incumbent_label,
-            f"{inc['median']:.4g} [{inc['low']:.4g}-{inc['high']:.4g}]" if inc else "-",
-            f"{base['median']:.4g}" if base else "-",
-            f"{n.noise_band:.1%}" if n.noise_band is not None else "-",
-            "YES" if n.regression else "no",
-            n.decision + (f" #{n.promoted_trial}" if n.promoted_trial is not None else ""),
-            str(n.trials),
-            f"{n.duration_s / 60:.1f}",
-            "; ".join(n.changes) or "-",
-        )
-    out.print(table)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +27,7 @@ import optuna
 from autotune.export import export_best
 from autotune.nightly._decide import Candidate, candidates_of, no_candidate_reason, worse_reason
 from autotune.nightly._history import NIGHT_ATTR, NightRecord, nights, save_night
+from autotune.nightly._promote import keep_promoted, promoted_history
 from autotune.nightly._tonight import NightOptions, _Night, begin_night, remeasure
 from autotune.nightly._verdict import figure_of, regression
 from autotune.space import RenderedConfig
@@ -221,11 +221,10 @@ def run_night(
 
 
 def _promote(study: optuna.Study, trial: optuna.trial.FrozenTrial, out: Path, night: int) -> None:
-    """Keep the previous export in history/, then write the new one atomically."""
-    out = Path(out)
-    if out.exists():
-        history = out.parent / "history"
-        history.mkdir(parents=True, exist_ok=True)
-        stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
-        shutil.copy2(out, history / f"{out.stem}.{stamp}.night{night - 1}{out.suffix}")
+    """Write the new export atomically and keep it in history/ (what `nightly rollback` restores); an
+    export from before the archive existed is archived first, so the first rollback finds it."""
+    out, archive = Path(out), Path(out).parent / "history"
+    if out.exists() and not promoted_history(out, archive):
+        keep_promoted(out, archive)
     export_best(study, out=out, trial=trial)
+    keep_promoted(out, archive)

@@ -12,7 +12,7 @@ from typing import Any
 
 import optuna
 
-from autotune.errors import AutotuneError, StorageError
+from autotune.errors import AutotuneError, StudyNotFoundError
 from autotune.nightly._fingerprint import model_tokenizer
 from autotune.nightly._history import NightRecord, nights, save_night
 from autotune.report import write_nightly_index, write_study_report
@@ -96,11 +96,11 @@ def history_lines(study: str, storage: str | None, studies_dir: Path) -> list[st
     """``autotune nightly history``: one line per night, the counts as the study holds them."""
     url = resolve_storage_url(storage, study, studies_dir)
     if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).exists():
-        raise StorageError(f"--study: no study named {study!r} (no {url.removeprefix('sqlite:///')})")
+        raise StudyNotFoundError(f"--study: no study named {study!r} (no {url.removeprefix('sqlite:///')})")
     try:
         st = optuna.load_study(study_name=study, storage=open_storage(url))
     except KeyError as exc:
-        raise StorageError(f"--study: no study named {study!r} in {redact_url(url)}") from exc
+        raise StudyNotFoundError(f"--study: no study named {study!r} in {redact_url(url)}") from exc
     found = nights(st)
     if not found:
         return [f"study {study} has no nights yet (run `autotune nightly --study {study} ...`)"]

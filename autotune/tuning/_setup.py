@@ -24,7 +24,7 @@ from autotune.engine import VLLM, ArgChecker, Engine, EngineProfile, LaunchSpec
 from autotune.errors import ConfigError
 from autotune.memory import read_machine_facts
 from autotune.space import FlagPairs, SearchSpace, apply_profile, flags_to_argv, load_search_space
-from autotune.spec import StudySpec
+from autotune.spec import StudySpec, parse_duration
 from autotune.study import IncumbentPruner, Objective, parse_slo
 from autotune.trial import (
     DEV_MODE_ENV,
@@ -37,7 +37,7 @@ from autotune.trial import (
 )
 from autotune.tuning._model import check_model
 from autotune.tuning._prior import Prior, build_prior
-from autotune.workload import Workload, load_workload, sample_workload
+from autotune.workload import Workload, load_traffic, sample_workload
 
 __all__ = ["TuningSetup", "arrival_spec", "build_setup"]
 
@@ -206,7 +206,14 @@ def _load(choices: StudySpec) -> Workload:
         raise ConfigError(
             "--workload is required (fix: pass --workload FILE, or set `workload:` in the study file)"
         )
-    wl = load_workload(choices.workload, skip_bad_lines=choices.skip_bad_lines)
+    wl = load_traffic(  # a file, or a folder of traffic files windowed and sampled down
+        choices.workload,
+        window_s=parse_duration(choices.window) if choices.window else None,
+        max_requests=choices.max_requests,
+        max_duration_s=parse_duration(choices.max_duration) if choices.max_duration else None,
+        seed=choices.seed,
+        skip_bad_lines=choices.skip_bad_lines,
+    )
     if choices.sample is not None:
         wl = sample_workload(wl, choices.sample, choices.seed)
     return wl

@@ -151,10 +151,8 @@ def load_traffic(
         raise WorkloadError(f"max_duration: {max_duration_s:g} s is not positive (e.g. 10m)")
     if source.is_dir():
         workload = _merge(source, _files(source, window_s), skip_bad_lines)
-    elif source.is_file():
+    else:  # a file (a missing one is refused by the loader, as everywhere)
         workload = load_workload(source, skip_bad_lines=skip_bad_lines)
-    else:
-        raise WorkloadError(f"{source}: no such file or folder (pass a workload file or a folder of them)")
     if not workload.requests:
         raise WorkloadError(f"{source}: no requests in the traffic files of the window")
     return _sample(workload, max_requests, max_duration_s, seed)
