@@ -173,6 +173,8 @@ def test_four_workers_on_four_gpus_share_one_study_without_sharing_a_gpu(
     tokens: dict[str, set[str]] = {}
     for t in trials:
         rec = read_record(t)
+        if rec.failure == "prior":
+            continue  # vetoed by the prior before any launch (a region it measured once already)
         assert rec.ok, rec.reason
         if rec.duplicate_of is not None:
             continue  # a configuration measured before: its measurement (and log) is the twin's
@@ -200,7 +202,10 @@ def test_a_tensor_parallel_group_of_two_takes_two_gpus(env: Path) -> None:
     with build_setup(_choices(files, "--tensor-parallel-size=2")) as setup:
         run, study, _ = _pool(setup, env / "studies", n_gpus=4, n_trials=4)
         assert [g.gpus for g in run.groups] == [(0, 1), (2, 3)]
-        seen = {_engine_env(t)[0] for t in study.get_trials() if t.user_attrs.get(RUN_ATTR)}
+        launched = [
+            t for t in study.get_trials() if t.user_attrs.get(RUN_ATTR) and read_record(t).failure != "prior"
+        ]
+        seen = {_engine_env(t)[0] for t in launched}  # a trial the prior vetoed launched nothing
         assert seen == {"0,1", "2,3"}
         # the confirmation measures on the first group, leased by the pool's own process
         evaluator = run.evaluator
@@ -250,7 +255,9 @@ def test_a_killed_worker_is_replaced_and_its_lease_reclaimed(
     assert "FAIL" in states  # the trial it died in is failed, not left running
     assert sum(t.state.name == "COMPLETE" for t in trials) >= 5
     on_gpu1 = [t for t in trials if t.state.name == "COMPLETE" and t.user_attrs.get("worker") == 1]
-    assert on_gpu1 and len({_engine_env(t)[1] for t in on_gpu1}) >= 1
+    # the replacement measures on GPU 1, unless worker 0 ran the rest of the trials while it started
+    # (the killed trial is failed at once now, not held RUNNING for the heartbeat's grace)
+    assert on_gpu1 or "nothing left to run" in log, log
     assert (
         sum(bool(t.user_attrs.get("baseline")) and t.state.name == "COMPLETE" for t in study.get_trials())
         == 1
