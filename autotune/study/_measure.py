@@ -67,11 +67,24 @@ class TrialMeasure:
     predict: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None
     journal: PendingJournal | None = None
     before_replay: Callable[[], None] | None = None
+    # asked when vLLM's defaults are about to be measured as the baseline: a runnable reference when
+    # they no longer fit (the machine changed since the plan: another tenant's memory), else None
+    recheck_baseline: Callable[[], Mapping[str, Any] | None] | None = None
 
     def values(self, trial: optuna.Trial) -> dict[str, Any]:
         """The baseline's reference (none: vLLM's defaults), or what the sampler proposes."""
         if is_baseline(trial):
-            return dict(trial.study.user_attrs.get(REFERENCE_ATTR) or {})
+            reference = trial.study.user_attrs.get(REFERENCE_ATTR)
+            if not reference and self.recheck_baseline is not None:
+                reference = self.recheck_baseline()
+                if reference:  # recorded on the study: every later run and worker measures the same
+                    trial.study.set_user_attr(REFERENCE_ATTR, dict(reference))
+                    log.warning(
+                        "trial %d: vLLM's defaults no longer fit here: the baseline is %s",
+                        trial.number,
+                        reference,
+                    )
+            return dict(reference or {})
         return suggest_values(trial, self.space)
 
     def __call__(self, trial: optuna.Trial, values: Mapping[str, Any]) -> float:

@@ -203,6 +203,7 @@ def run_study(
     before_replay: Callable[[], None] | None = None,
     baseline_elsewhere: bool = False,
     gates: Sequence[Gate] | None = None,
+    recheck_baseline: Callable[[], Mapping[str, Any] | None] | None = None,
 ) -> optuna.Study:
     """:class:`StudyRunner` as one call (the callers' keyword arguments). ``veto``: why a
     configuration is not worth launching (None: launch it); ``reuse_duplicates=False`` measures
@@ -216,6 +217,7 @@ def run_study(
         predict=predict,
         journal=journal,
         before_replay=before_replay,
+        recheck_baseline=recheck_baseline,
     )
     hooks = TrialHooks(on_start=on_trial_start, on_done=on_trial_done, should_stop=should_stop)
     runner = StudyRunner(study, measure, hooks, dict(trial_attrs or {}), baseline_elsewhere)
