@@ -29,7 +29,11 @@ examples/rag.jsonl at ``--speed 3``.
     python benchmarks/kill_storm.py --engine vllm --kills 6  # real vLLM CPU: ~1 min per kill
     python benchmarks/kill_storm.py --quick                  # 5 kills on the fake, about a minute
 
-Exit status 1 when any orphan or any of the runs' shared-memory residue was found.
+Then each run is resumed (the same command again): no trial may be left RUNNING, and the study must
+hold exactly one measured baseline.
+
+Exit status 1 when any orphan, any of the runs' shared-memory residue, a RUNNING trial after the resume,
+or a study with no baseline or two was found.
 """
 
 from __future__ import annotations
@@ -268,7 +272,34 @@ def run_one(
     tail = (run_dir / "autotune.log").read_text(errors="replace").strip().splitlines()
     row["tool_last_line"] = tail[-1][:160] if tail else ""
     row.update(_shm_left(shm_before, watch.shm_held, set(watch.seen)))
+    row.update(_resume(argv, env, run_dir))
     return row
+
+
+def _resume(argv: list[str], env: dict[str, str], run_dir: Path) -> dict[str, Any]:
+    """The same command again, as a user resumes after the kill: then no trial may be left RUNNING and
+    the study holds one measured baseline (issue 30: no baseline or two after a kill during it)."""
+    import optuna
+
+    from autotune.study import read_record
+
+    with (run_dir / "resume.log").open("wb") as log:
+        rc = subprocess.run(
+            argv, cwd=run_dir, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=900
+        ).returncode
+    dbs = list((run_dir / "studies").glob("*.db"))
+    if not dbs:
+        return {"resume_exit": rc, "running_after_resume": None, "baselines": None}
+    url = f"sqlite:///{dbs[0]}"
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    name = optuna.get_all_study_names(url)[0]
+    trials = optuna.load_study(study_name=name, storage=url).get_trials(deepcopy=False)
+    running = sum(t.state.name == "RUNNING" for t in trials)
+    baselines = sum(
+        t.state.name == "COMPLETE" and read_record(t).baseline and read_record(t).duplicate_of is None
+        for t in trials
+    )
+    return {"resume_exit": rc, "running_after_resume": running, "baselines": baselines}
 
 
 def _wait_and_pick(
@@ -400,6 +431,10 @@ def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "shm_bytes_left": sum(r["shm_bytes"] for r in rows),
         "shm_files_left": sum(r["shm_files"] for r in rows),
         "shm_bytes_unattributed": sum(sum(r["shm_unattributed"].values()) for r in rows),
+        "resumes_failed": sum(r.get("resume_exit") not in (0, None) for r in rows),
+        "running_after_resume": sum(r.get("running_after_resume") or 0 for r in rows),
+        "duplicate_baselines": sum(max((r.get("baselines") or 0) - 1, 0) for r in rows),
+        "no_baseline_after_resume": sum(r.get("baselines") == 0 for r in rows),
     }
 
 
@@ -433,7 +468,9 @@ def summary_line(s: dict[str, Any]) -> str:
         f"{s['kills']} kills ({kinds}; missed {s['missed']}): time until everything is gone {times}; "
         f"orphans {s['orphans']}; shm bytes left {s['shm_bytes_left']:,} ({s['shm_files_left']} files"
         + (f"; not counted: {other:,} bytes unattributed" if other else "")
-        + ")"
+        + f"); after resuming each: {s['running_after_resume']} RUNNING trials, {s['duplicate_baselines']} "
+        f"duplicate baselines, {s['no_baseline_after_resume']} studies without a baseline, "
+        f"{s['resumes_failed']} resumes that failed"
     )
 
 
@@ -487,7 +524,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(markdown(result))
     print(f"\nwall time: {result['wall_s']:.1f} s; logs in {work}", file=sys.stderr)
     s = result["summary"]
-    return 1 if s["orphans"] or s["shm_bytes_left"] or s["shm_files_left"] else 0
+    bad = s["orphans"] or s["shm_bytes_left"] or s["shm_files_left"]
+    return (
+        1
+        if bad or s["running_after_resume"] or s["duplicate_baselines"] or s["no_baseline_after_resume"]
+        else 0
+    )
 
 
 if __name__ == "__main__":

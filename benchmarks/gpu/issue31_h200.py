@@ -169,10 +169,9 @@ def grid(r: Run) -> None:
             return _grid_out(r, done)
         name = f"grid-s{s}-b{b}"
         t = time.monotonic()
-        if not r.dry and any(x["state"] == "COMPLETE" for x in trials(r.state, name)):
-            rc = 0  # measured by an earlier call that ended before it wrote grid.json
-        else:
-            rc = -1
+        # 0: measured by an earlier call that ended before it wrote grid.json
+        measured = not r.dry and any(x["state"] == "COMPLETE" for x in trials(r.state, name))
+        rc = 0 if measured else -1
         args = ["run", *common(r), *r.base(name), f"--engine-arg=--max-num-seqs={s}",
                 f"--engine-arg=--max-num-batched-tokens={b}", "--n-trials", "1", "--no-prior",
                 "--out", str(r.state / f"{name}.yaml")]  # fmt: skip
@@ -238,7 +237,9 @@ def fp8(r: Run) -> None:
     for name, c in configs.items():
         (r.state / f"kv-{name}.yaml").write_text(json.dumps(c) + "\n")  # JSON is YAML
     fixed = [f for f in r.fixed if not f.startswith("--kv-cache-memory-bytes")]
-    if os.environ.get("I31_FP8_EAGER") == "1" and not r.cpu:  # eager starts (25-40 s) when device time is short
+    if (
+        os.environ.get("I31_FP8_EAGER") == "1" and not r.cpu
+    ):  # eager starts (25-40 s) when device time is short
         fixed.append("--enforce-eager")
     base = ["-m", r.model, "-w", str(rag if not r.cpu else r.workload), "--rounds", "1", "--passes", "1",
             *[f"--engine-arg={f}" for f in fixed]]  # fmt: skip
