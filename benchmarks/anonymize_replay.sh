@@ -26,7 +26,8 @@ studies, name, label = sys.argv[1:]
 st = optuna.load_study(study_name=name, storage=f"sqlite:///{studies}/{name}.db")
 rec = read_record(st.trials[0])
 f = rec.figures
-print(json.dumps({"workload": label, "status": rec.status.value, "prefix_hit_rate": f.get("prefix_hit_rate"),
+hit = rec.metrics.prefix_hit_rate if rec.metrics else None  # vLLM's own /metrics, over the replay
+print(json.dumps({"workload": label, "status": rec.status.value, "prefix_hit_rate": hit,
                   "ttft_p50_ms": f.get("ttft_p50"), "completed": f.completed}))
 PY
 )")

@@ -73,7 +73,8 @@ def _search(n: _Night) -> str:
             repeats["n"] = 0
         else:
             repeats["n"] += 1
-        n.say(f"  trial #{rep.number}: {rep.record.status.value} {n.metric}={rep.value}")
+        shown = "-" if rep.value is None else f"{rep.value:.4g}"
+        n.say(f"  trial #{rep.number}: {rep.record.status.value} {n.metric}={shown}")
 
     def should_stop() -> bool:
         if repeats["n"] >= 5:

@@ -89,7 +89,8 @@ class _Night:
                 "reason": rec.reason,
             }
         )
-        self.say(f"  {name} round {r + 1}: {rec.status.value} {self.metric}={value}")
+        shown = "-" if value is None else f"{value:.4g}"  # 4757.98..., not 4757.980201049941
+        self.say(f"  {name} round {r + 1}: {rec.status.value} {self.metric}={shown}")
 
 
 def _same(a: RenderedConfig, b: RenderedConfig) -> bool:

@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 import optuna
 
-from autotune.space import Parameter, SearchSpace, render_values
+from autotune.space import Parameter, SearchSpace, describe_values, render_values
 from autotune.trial import MemoryGuard
 from autotune.tuning._prior_lru import Chains, chains_of, lru_hit_share
 from autotune.tuning._prior_seqs import SEQS_PARAM, kv_concurrency, peak_concurrency, seqs_plan
@@ -269,7 +269,7 @@ def build_prior(setup: PriorInputs) -> Prior:
         prior.candidates.append(dict(best))
     bound = prior.bound(block)
     prior.lines.append(
-        f"prior: best memory setting {_fmt(best, [*kv_knobs, 'block_size', DTYPE_PARAM])}"
+        f"prior: best memory setting {_fmt(setup.space, best, [*kv_knobs, 'block_size', DTYPE_PARAM])}"
         + (" (vLLM's defaults: the baseline measures it)" if is_baseline and best else "")
         + f": KV cache {gpu:,} tokens, predicted prefix hits {hit:.1%} of prompt tokens (unlimited cache: {bound:.1%})"
     )
@@ -286,7 +286,7 @@ def build_prior(setup: PriorInputs) -> Prior:
     prior.lines.append(
         "prior: informed candidates after the baseline: "
         + (
-            "; ".join(_fmt(c, list(c)) for c in prior.candidates)
+            "; ".join(_fmt(setup.space, c, list(c)) for c in prior.candidates)
             or "none (the baseline is the best predicted)"
         )
     )
@@ -367,5 +367,6 @@ def _pool_tokens(prior: Prior, gib: float, values: Mapping[str, Any]) -> int:
     return int(gib * GiB / per_token) if per_token else 0
 
 
-def _fmt(values: Mapping[str, Any], names: Sequence[str]) -> str:
-    return ", ".join(f"{n}={values[n]}" for n in names if n in values) or "(defaults)"
+def _fmt(space: SearchSpace, values: Mapping[str, Any], names: Sequence[str]) -> str:
+    """Each value as its flag takes it, with its unit (``kv_cache_memory_bytes=128M``, not ``=128``)."""
+    return describe_values(space, {n: values[n] for n in names if n in values}) or "(defaults)"

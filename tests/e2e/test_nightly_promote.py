@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -67,6 +68,9 @@ def test_a_night_commits_its_promotion_into_git_and_a_failing_hook_keeps_the_exp
     night = _night(tmp_path, "prod", hook, mark)
     assert night.returncode == 0, night.stderr
     assert "Promoted trial #" in night.stdout and "--on-promote: " in night.stderr
+    assert not re.search(r"=\d+\.\d{5,}", night.stderr), (
+        night.stderr
+    )  # night lines print 4 figures, not raw floats
     committed = yaml.safe_load((repo / "vllm.yaml").read_text())
     assert committed == yaml.safe_load((tmp_path / "prod" / "best.yaml").read_text())
     assert committed["block-size"] == 64

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -66,6 +67,8 @@ def test_the_prior_enqueues_the_best_predicted_memory_setting_and_explains_it(
         assert prior is not None
         text = "\n".join(prior.lines)
         assert "working set" in text and "predicted prefix hits" in text
+        # each value as its flag takes it, with its unit (it printed kv_cache_memory_bytes=128)
+        assert re.search(r"best memory setting kv_cache_memory_bytes=\d+M", text), text
         best = prior.candidates[0]
         assert best["kv_cache_memory_bytes"] == max(
             setup.space.parameters["kv_cache_memory_bytes"].choices or ()
