@@ -295,10 +295,9 @@ def _resume(argv: list[str], env: dict[str, str], run_dir: Path) -> dict[str, An
     name = optuna.get_all_study_names(url)[0]
     trials = optuna.load_study(study_name=name, storage=url).get_trials(deepcopy=False)
     running = sum(t.state.name == "RUNNING" for t in trials)
-    baselines = sum(
-        t.state.name == "COMPLETE" and read_record(t).baseline and read_record(t).duplicate_of is None
-        for t in trials
-    )
+    records = [read_record(t) for t in trials if t.state.name == "COMPLETE"]
+    # a measured baseline (a failed one, e.g. the engine killed under it, is recorded as data, not measured)
+    baselines = sum(r.baseline and r.ok and r.duplicate_of is None for r in records)
     return {"resume_exit": rc, "running_after_resume": running, "baselines": baselines}
 
 
