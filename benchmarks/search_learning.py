@@ -83,9 +83,7 @@ def _record_entry(rec: TrialRecord, n: int) -> dict[str, Any]:
 def cmd_grid(args: argparse.Namespace) -> dict[str, Any]:
     model = c.bench_model(args.models_dir)
     choices = c.tuning_choices(model, args.workload, quick=False, speed=args.speed, space=SPACE_PATH)
-    from dataclasses import replace
-
-    choices = replace(choices, passes=str(args.passes))
+    choices = choices.model_copy(update={"passes": str(args.passes)})
     env, load0, t0 = c.environment(), c.load_average(), time.monotonic()
     log_dir = args.work_dir / f"learning-grid-{time.strftime('%Y%m%d-%H%M%S')}"
     table: dict[str, Any] = {}
@@ -132,11 +130,9 @@ def cmd_repeat(args: argparse.Namespace) -> dict[str, Any]:
         raise SystemExit(f"--alternate-env: {args.alternate_env!r} is not NAME=VALUE")
     model = c.bench_model(args.models_dir)
     choices = c.tuning_choices(model, args.workload, quick=False, speed=args.speed, space=SPACE_PATH)
-    from dataclasses import replace
-
     from autotune.space import RenderedConfig
 
-    choices = replace(choices, passes="auto")
+    choices = choices.model_copy(update={"passes": "auto"})
     env, load0, t0 = c.environment(), c.load_average(), time.monotonic()
     log_dir = args.work_dir / f"learning-repeat-{time.strftime('%Y%m%d-%H%M%S')}"
     runs = []

@@ -79,7 +79,9 @@ class NightRecord:
     def band_text(self) -> str:
         if self.noise_band is None:
             return f"noise band unknown ({self.band_source or 'not measured'})"
-        return f"noise band {self.noise_band:.1%}" + (f" ({self.band_source})" if self.band_source else "")
+        return f"noise band {self.noise_band * 100:.2g}%" + (
+            f" ({self.band_source})" if self.band_source else ""
+        )
 
     def trials_text(self) -> str:
         """The trials the study holds for this night, with the engine runs they cost."""

@@ -27,7 +27,7 @@ class Band:
     def describe(self) -> str:
         if self.value is None:
             return f"noise band unknown ({self.source})"
-        return f"noise band {self.value:.1%} ({self.source})"
+        return f"noise band {self.value * 100:.2g}% ({self.source})"  # 0.02%, not 0.0%
 
 
 def pooled_sd(groups: Sequence[Sequence[float]]) -> float | None:

@@ -38,7 +38,7 @@ def _fig(f: Mapping[str, Any] | None) -> Cell:
 
 def _band(n: Mapping[str, Any]) -> str:
     band = n.get("noise_band")
-    return "unknown" if band is None else f"{band:.1%}"
+    return "unknown" if band is None else f"{band * 100:.2g}%"
 
 
 def _decision(n: Mapping[str, Any]) -> str:

@@ -232,7 +232,7 @@ def test_a_compile_cache_given_is_shared_by_every_evaluator_and_stays_on_this_ho
     shared = tmp_path / "shared-cache"
     for setup in _setup(tmp_path, cpu=True):
         assert setup.evaluator(tmp_path / "study").spec.cache_dir == tmp_path / "study" / "cache"
-        choices = dataclasses.replace(setup.choices, compile_cache=shared)
+        choices = setup.choices.model_copy(update={"compile_cache": shared})
     with build_setup(choices) as with_cache:
         for log_dir in (tmp_path / "study-a", tmp_path / "compare"):
             ev = with_cache.evaluator(log_dir)

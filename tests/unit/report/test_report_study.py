@@ -291,7 +291,7 @@ def test_cli_writes_the_report_and_an_unknown_study_is_one_line(
     out, err = capsys.readouterr()
     assert (studies / "s" / "report.html").is_file()
     assert f"wrote {studies / 's' / 'report.html'}" in out
-    assert info.value.code == 1
+    assert info.value.code == 2  # an unknown study is bad input (issue 30)
     assert err.strip() == f"error: --study: no study named 'nope' (no {studies / 'nope.db'})"
 
 
