@@ -41,6 +41,7 @@ from autotune.tuning import (
     plan_groups,
     record_effective_study,
     run_parallel,
+    study_hooks,
 )
 
 __all__ = ["run"]
@@ -229,7 +230,7 @@ def _run_trials(
         on_trial_start=on_start,
         on_trial_done=on_done,
         journal=PendingJournal(Path(evaluator.log_dir)),
-        **setup.study_hooks(),
+        **study_hooks(setup),
     )
 
 

@@ -33,7 +33,7 @@ from autotune.nightly._verdict import figure_of, regression
 from autotune.space import RenderedConfig
 from autotune.study import PendingJournal, TrialReport, run_study
 from autotune.trial import compare_configs, significant_gain
-from autotune.tuning import TuningSetup
+from autotune.tuning import TuningSetup, study_hooks
 
 __all__ = ["NightOptions", "run_night"]
 
@@ -94,7 +94,7 @@ def _search(n: _Night) -> str:
         trial_attrs={NIGHT_ATTR: n.number},
         journal=PendingJournal(n.sdir),
         should_stop=should_stop,
-        **n.setup.study_hooks(),
+        **study_hooks(n.setup),
     )
     return ""
 

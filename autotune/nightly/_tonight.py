@@ -24,7 +24,7 @@ from autotune.study import (
     run_study,
 )
 from autotune.trial import config_to_args
-from autotune.tuning import TuningSetup
+from autotune.tuning import TuningSetup, study_hooks
 
 __all__ = ["NightOptions", "begin_night", "remeasure"]
 
@@ -213,6 +213,6 @@ def _baseline_as_trial(n: _Night) -> TrialRecord | None:
         on_trial_done=lambda rep: got.append(rep.record),
         trial_attrs={NIGHT_ATTR: n.number},
         journal=PendingJournal(n.sdir),
-        **n.setup.study_hooks(),
+        **study_hooks(n.setup),
     )
     return got[0] if got else None

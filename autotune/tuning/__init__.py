@@ -19,7 +19,7 @@ from autotune.tuning._gpus import GpuGroup, for_gpus, on_gpus, parse_gpus, plan_
 from autotune.tuning._lock import StudyLock, claim_worker_slot
 from autotune.tuning._model import check_model, looks_like_hub_name
 from autotune.tuning._open import FORMATS_ATTR, OpenedStudy, open_study, study_directory
-from autotune.tuning._reference import BaselinePlan, plan_baseline
+from autotune.tuning._reference import BaselinePlan, plan_baseline, recheck_baseline, study_hooks
 from autotune.tuning._setup import (
     TuningSetup,
     arrival_spec,
@@ -61,6 +61,7 @@ __all__ = [
     "plan_baseline",
     "plan_groups",
     "preview_commands",
+    "recheck_baseline",
     "record_devices",
     "record_effective_study",
     "run_parallel",
@@ -68,4 +69,5 @@ __all__ = [
     "study_choices",
     "study_directory",
     "study_fingerprint",
+    "study_hooks",
 ]

@@ -16,9 +16,10 @@ from typing import Any
 import numpy as np
 
 from autotune.space import Parameter, describe_values, render_values
+from autotune.study import IncumbentPruner
 from autotune.tuning._setup import TuningSetup
 
-__all__ = ["BaselinePlan", "plan_baseline"]
+__all__ = ["BaselinePlan", "plan_baseline", "recheck_baseline", "study_hooks"]
 
 # Parameters whose smaller values make a configuration need less memory, in the order tried.
 _MEMORY_KNOBS = ("--gpu-memory-utilization", "--kv-cache-memory-bytes")
@@ -78,3 +79,24 @@ def plan_baseline(setup: TuningSetup) -> BaselinePlan:
                         False, why, {name: value}, describe_values(setup.space, {name: value})
                     )
     return BaselinePlan(False, why, None, fixed_knobs=tuple(k for k in _MEMORY_KNOBS if k in fixed))
+
+
+def recheck_baseline(setup: TuningSetup) -> Mapping[str, Any] | None:
+    """When the baseline is about to run: vLLM's defaults checked again against the machine as it is
+    now (another tenant may have taken memory since the plan); a runnable reference when they no
+    longer fit (None: they fit, or nothing in the space does, and the launch records why)."""
+    if not setup.fit_reasons():
+        return None
+    return plan_baseline(setup).reference
+
+
+def study_hooks(setup: TuningSetup) -> dict[str, Any]:
+    """The pruner, the prior's prediction and veto and the baseline's re-check, as
+    :func:`autotune.study.run_study` takes them."""
+    prior = setup.apply_prior()
+    return {
+        "pruner": IncumbentPruner(metric=setup.objective.metric) if setup.choices.prune else None,
+        "predict": prior.predict if prior is not None else None,
+        "veto": prior.veto if prior is not None else None,
+        "recheck_baseline": lambda: recheck_baseline(setup),
+    }

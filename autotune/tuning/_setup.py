@@ -25,7 +25,7 @@ from autotune.errors import ConfigError
 from autotune.memory import read_machine_facts
 from autotune.space import FlagPairs, SearchSpace, apply_profile, flags_to_argv, load_search_space
 from autotune.spec import StudySpec, parse_duration
-from autotune.study import IncumbentPruner, Objective, parse_slo
+from autotune.study import Objective, parse_slo
 from autotune.trial import (
     DEV_MODE_ENV,
     MemoryGuard,
@@ -139,26 +139,6 @@ class TuningSetup:
             self._prior = build_prior(self)
             self.space = self._prior.space
         return self._prior
-
-    def study_hooks(self) -> dict[str, Any]:
-        """The pruner, the prior's prediction and veto, as :func:`autotune.study.run_study` takes them."""
-        prior = self._prior
-        return {
-            "pruner": IncumbentPruner(metric=self.objective.metric) if self.choices.prune else None,
-            "predict": prior.predict if prior is not None else None,
-            "veto": prior.veto if prior is not None else None,
-            "recheck_baseline": self.recheck_baseline,
-        }
-
-    def recheck_baseline(self) -> Mapping[str, Any] | None:
-        """When the baseline is about to run: vLLM's defaults checked again against the machine as it is
-        now (another tenant may have taken memory since the plan); a runnable reference when they no
-        longer fit (None: they fit, or nothing in the space does, and the launch records why)."""
-        if not self.fit_reasons():
-            return None
-        from autotune.tuning._reference import plan_baseline  # _reference builds on this module
-
-        return plan_baseline(self).reference
 
     def engine_argv(self, tuned_args: Sequence[str] = ()) -> list[str]:
         """The engine's flags for a configuration (fixed flags, then the tuned ones), port 0."""

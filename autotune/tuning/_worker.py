@@ -51,7 +51,7 @@ from autotune.tuning._fingerprint import (
 )
 from autotune.tuning._gpus import GpuGroup, complete_group, for_gpus, record_devices
 from autotune.tuning._open import open_study, study_directory
-from autotune.tuning._reference import plan_baseline
+from autotune.tuning._reference import plan_baseline, study_hooks
 from autotune.tuning._setup import TuningSetup, build_setup, describe_params
 
 __all__ = [
@@ -282,6 +282,6 @@ def run_worker(
                 journal=PendingJournal(study_directory(spec.studies_dir, spec.study)),
                 before_replay=gate,
                 baseline_elsewhere=group.slot > 0,
-                **setup.study_hooks(),
+                **study_hooks(setup),
             )
             return ran["n"]

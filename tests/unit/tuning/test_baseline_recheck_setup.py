@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from autotune.spec import StudySpec
-from autotune.tuning import build_setup, plan_baseline
+from autotune.tuning import build_setup, plan_baseline, recheck_baseline
 from tests.unit.conftest import FakeProbe
 
 GiB = 1024**3
@@ -28,9 +28,9 @@ def test_defaults_that_fit_at_the_plan_and_not_at_the_baseline_give_the_referenc
         roomy = dataclasses.replace(
             setup, guard=dataclasses.replace(setup.guard, probe=FakeProbe(host=(64 * GiB, 63 * GiB)))
         )
-        assert plan_baseline(roomy).defaults_fit and roomy.recheck_baseline() is None
+        assert plan_baseline(roomy).defaults_fit and recheck_baseline(roomy) is None
         # another tenant takes the memory between the plan and the baseline's launch
         tight = FakeProbe(host=(16 * GiB, 3 * GiB), node=(16 * GiB, 3 * GiB))
         crowded = dataclasses.replace(setup, guard=dataclasses.replace(setup.guard, probe=tight))
-        reference = crowded.recheck_baseline()
+        reference = recheck_baseline(crowded)
         assert reference and "kv_cache_memory_bytes" in reference, crowded.fit_reasons()
