@@ -14,13 +14,14 @@
     │   └── StudyNotFoundError     --study names no study of the storage (bad input, exit 2)
     ├── StudyBusyError             the study is already being run on this host (exit 6)
     ├── ExportError                no trial to export, or the export could not be written
-    └── PromoteHookError           the ``--on-promote`` command failed or timed out (exit 7);
-                                   the export it was given is kept
+    └── PromoteHookError           the ``--on-promote`` command failed or timed out (exit: the
+                                   hook's own code, 128+N when signal N ended it); the export is kept
 
 Exit codes: 0 done, 1 other error, 2 bad input or usage, 5 no baseline could be measured
 (``run``), 6 the study is already running on this host, 130 interrupted. ``autotune nightly``
-adds 3 (a regression), 4 (nothing feasible) and 7 (the promotion was exported, but its
-``--on-promote`` hook failed: the hook's own exit code is in the message and its log).
+adds 3 (a regression), 4 (nothing feasible) and, when the promotion was exported but its
+``--on-promote`` hook failed, the hook's own exit code (128+N when signal N ended it, as a shell
+says; its one-line message names the hook's log).
 
 Expected trial outcomes (out of memory, a bad flag combination, a start-up timeout) are
 converted into data by the study loop: the trial is recorded as failed or infeasible with
@@ -32,7 +33,6 @@ from __future__ import annotations
 __all__ = [
     "EXIT_NOTHING_FEASIBLE",
     "EXIT_NO_BASELINE",
-    "EXIT_PROMOTE_HOOK_FAILED",
     "EXIT_REGRESSION",
     "AutotuneError",
     "ConfigError",
@@ -53,7 +53,6 @@ __all__ = [
 EXIT_REGRESSION = 3
 EXIT_NOTHING_FEASIBLE = 4
 EXIT_NO_BASELINE = 5
-EXIT_PROMOTE_HOOK_FAILED = 7
 
 
 class AutotuneError(Exception):
@@ -124,9 +123,13 @@ class ExportError(AutotuneError):
 
 
 class PromoteHookError(AutotuneError):
-    """The promote hook failed; the new export stays where it was written."""
+    """The promote hook failed; the new export stays where it was written. The tool exits with the
+    hook's own code (``exit_code``: 128+N for a hook ended by signal N), so a CronJob's failure
+    policy or an alert sees what the hook said."""
 
-    exit_code = EXIT_PROMOTE_HOOK_FAILED
+    def __init__(self, message: str, exit_code: int = 1) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code if 0 < exit_code < 256 else 1
 
 
 # (category, fix, what the database's own message says), matched lower-case on each error of the chain

@@ -31,7 +31,8 @@ def nightly(spec: StudySpec) -> None:
     tonight's noise.
 
     Exit codes: 0 no regression (kept or promoted); 3 regression detected; 4 nothing feasible;
-    2 usage error; 6 the study is already running; 1 other error.
+    2 usage error; 6 the study is already running; 1 other error; when the promoted config was
+    exported but --on-promote failed, the hook's own exit code (128+N: killed by signal N).
     """
     from autotune.nightly import NightOptions, run_night, write_night_reports
     from autotune.tuning import StudyLock, build_setup, check_study_name, plan_baseline
@@ -58,7 +59,7 @@ def nightly(spec: StudySpec) -> None:
         )
     out.print(record.summary(), soft_wrap=True)
     if record.decision == "promoted" and spec.on_promote:
-        _deliver(spec, record, options.out)  # after the atomic export; its failure never loses it (exit 7)
+        _deliver(spec, record, options.out)  # after the atomic export; its failure never loses it
     if record.decision == "nothing_feasible":
         raise typer.Exit(EXIT_NOTHING_FEASIBLE)
     if record.regression:
@@ -99,10 +100,11 @@ def _deliver(spec: StudySpec, record: Any, export: Path) -> None:
         scrub=[spec.api_key_env] if spec.api_key_env else [],
     )
     console.print(f"--on-promote: {result.describe()}", markup=False, soft_wrap=True)
-    if not result.ok:
+    if not result.ok:  # the night exits with the hook's own code (128+N: ended by signal N)
         raise PromoteHookError(
             f"--on-promote: {result.describe()}; the export {export} is kept (fix: read the hook's log, then "
-            "re-run the hook by hand, or `autotune nightly rollback`)"
+            "re-run the hook by hand, or `autotune nightly rollback`)",
+            exit_code=result.shell_code,
         )
 
 

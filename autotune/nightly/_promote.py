@@ -15,7 +15,8 @@ The rest of the tuner's environment passes through (a GitOps hook may need a tok
 ``PGPASSWORD`` (and their ``*_FILE`` forms) and any name in ``scrub`` (the vLLM API key's
 variable). The hook runs in a process group of its own, with no stdin; its output goes to a log
 file; at ``timeout_s`` its whole group gets SIGTERM, then SIGKILL. A failed hook never touches
-the export: the caller reports :data:`autotune.errors.EXIT_PROMOTE_HOOK_FAILED`.
+the export: the caller exits with :attr:`PromoteResult.shell_code`, the hook's own code as a
+shell reports it.
 
 ``keep_promoted`` archives each promoted config (timestamped, written atomically) and
 ``rollback`` puts the previous one back into the export path (atomically), withdrawing the
@@ -74,6 +75,17 @@ class PromoteResult:
     @property
     def ok(self) -> bool:
         return self.exit_code == 0 and not self.timed_out
+
+    @property
+    def shell_code(self) -> int:
+        """The hook's exit status as a shell gives it (``$?``): its code, 128+N when signal N ended
+        it (a timeout: 143 or 137), 124 for a hook that exited 0 only after its timeout's SIGTERM
+        (as ``timeout(1)``); 0 when it succeeded."""
+        if self.exit_code < 0:
+            return 128 - self.exit_code
+        if self.exit_code == 0 and self.timed_out:
+            return 124
+        return self.exit_code
 
     def describe(self) -> str:
         """One line for the night's summary."""

@@ -4,8 +4,9 @@
 # mounts with the new export, then sets the pod template's annotation to the file's SHA-256,
 # which rolls the Deployment (the same config twice: no change, no restart). With
 # VLLM_ROLLOUT_TIMEOUT set (e.g. 15m) it waits for the rollout, and when the new pods do not
-# become ready it puts the previous config back (AUTOTUNE_PREVIOUS_CONFIG) and exits 1: the night
-# then exits 7 and its export stays on the claim.
+# become ready it puts the previous config back (AUTOTUNE_PREVIOUS_CONFIG) and exits 7: the night
+# exits with its hook's code (7, which the CronJob's podFailurePolicy names) and its export stays
+# on the claim.
 #
 # From autotune (never argv): AUTOTUNE_NEW_CONFIG, AUTOTUNE_PREVIOUS_CONFIG (empty the first
 # time), AUTOTUNE_NIGHT. Settings: VLLM_CONFIGMAP (vllm-best-config), VLLM_CONFIG_KEY (best.yaml),
@@ -42,4 +43,4 @@ if [ -n "${AUTOTUNE_PREVIOUS_CONFIG:-}" ] && [ -f "$AUTOTUNE_PREVIOUS_CONFIG" ];
   echo "configmap-update: putting the previous config back" >&2
   deliver "$AUTOTUNE_PREVIOUS_CONFIG"
 fi
-exit 1
+exit 7

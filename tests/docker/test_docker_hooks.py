@@ -144,7 +144,7 @@ def test_configmap_hook_puts_the_previous_config_back_when_the_rollout_fails(
         tmp_path, "configmap-update.sh", monkeypatch,
         KUBECTL=str(tmp_path / "kubectl"), VLLM_ROLLOUT_TIMEOUT="15m", VLLM_NAMESPACE="serving",
     )  # fmt: skip
-    assert result.exit_code == 1 and "putting the previous config back" in result.log_tail
+    assert result.exit_code == 7 and "putting the previous config back" in result.log_tail
     seen = _calls(calls)
     assert all(c["argv"][:2] == ["--namespace", "serving"] for c in seen)  # type: ignore[index]
     patches = [c for c in seen if "patch" in c["argv"]]  # type: ignore[operator]

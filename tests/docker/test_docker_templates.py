@@ -122,7 +122,7 @@ def test_nightly_cronjob_never_overlaps_and_surfaces_exit_codes(tmp_path: Path) 
     rules = job["podFailurePolicy"]["rules"]
     fail_codes = [r["onExitCodes"] for r in rules if r["action"] == "FailJob"]
     assert {"operator": "In", "values": [3], "containerName": "autotune"} in fail_codes  # regression
-    assert {"operator": "In", "values": [7], "containerName": "autotune"} in fail_codes  # hook failed
+    assert {"operator": "In", "values": [7], "containerName": "autotune"} in fail_codes  # its hook failed
     assert {"operator": "NotIn", "values": [0], "containerName": "autotune"} in fail_codes  # any failure
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune.errors import EXIT_PROMOTE_HOOK_FAILED, ConfigError, ExportError, PromoteHookError
+from autotune.errors import ConfigError, ExportError, PromoteHookError
 from autotune.nightly._promote import keep_promoted, promoted_history, rollback, run_on_promote
 
 FIGURES = {"best_value": 412.5, "baseline_value": 530.0}
@@ -92,7 +92,15 @@ def test_a_failing_hook_keeps_the_export_and_reports_its_own_exit_code(tmp_path:
     assert new.read_bytes() == before
     assert "kubectl: forbidden" in result.log_tail
     assert "exited with code 3" in result.describe()
-    assert PromoteHookError(result.describe()).exit_code == EXIT_PROMOTE_HOOK_FAILED == 7
+    assert result.shell_code == 3  # the night exits with the hook's own code
+    assert PromoteHookError(result.describe(), exit_code=result.shell_code).exit_code == 3
+
+
+def test_a_hook_ended_by_a_signal_reports_128_plus_the_signal_as_a_shell_does(tmp_path: Path) -> None:
+    result = _hook("kill -USR1 $$", _export(tmp_path))
+    assert result.exit_code == -10 and not result.timed_out
+    assert result.shell_code == 128 + 10
+    assert PromoteHookError("hook", exit_code=result.shell_code).exit_code == 138
 
 
 def _gone(pid: int) -> bool:
@@ -110,7 +118,7 @@ def test_a_hanging_hook_and_what_it_started_are_killed_at_the_timeout(tmp_path: 
     # The shell ignores SIGTERM: the group gets SIGKILL after the grace period.
     result = _hook(f"trap '' TERM; sleep 300 & echo $! > {pidfile}; wait; wait", new, timeout_s=0.5)
     assert result.timed_out and not result.ok
-    assert result.exit_code < 0
+    assert result.exit_code == -9 and result.shell_code == 137  # SIGKILL after the ignored SIGTERM
     assert time.monotonic() - start < 20
     child = int(pidfile.read_text())
     deadline = time.monotonic() + 5
