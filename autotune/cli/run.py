@@ -230,6 +230,7 @@ def _run_trials(
         on_trial_start=on_start,
         on_trial_done=on_done,
         journal=PendingJournal(Path(evaluator.log_dir)),
+        overlap=setup.choices.overlap_starts,
         **study_hooks(setup),
     )
 

@@ -94,6 +94,7 @@ def _search(n: _Night) -> str:
         trial_attrs={NIGHT_ATTR: n.number},
         journal=PendingJournal(n.sdir),
         should_stop=should_stop,
+        overlap=n.setup.choices.overlap_starts,
         **study_hooks(n.setup),
     )
     return ""

@@ -211,6 +211,12 @@ class StudySpec(BaseModel):
         None, "Without GPUs (the CPU build): this many parallel workers, each on its own CPU cores.",
         commands=("run",), minimum=1,
     )  # fmt: skip
+    overlap_starts: bool = _opt(
+        False, "Start the next trial's engine while the current one replays, when the free GPU memory beside "
+        "it holds the next one's share (a small fixed --gpu-memory-utilization, or a small model). Off by "
+        "default: see benchmarks/RESULTS.md, issue 31, for what it does to the figures.", commands=_STUDY,
+        per_run=True,
+    )  # fmt: skip
     budget: str = _opt("2h", "Wall time for the whole night, e.g. 2h, 45m or 1h30m.", commands=("nightly",))
     max_trials: int | None = _opt(None, "Cap on new trials tonight.", commands=("nightly",), minimum=0)
     rounds: int = _opt(

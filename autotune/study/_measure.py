@@ -70,6 +70,15 @@ class TrialMeasure:
     # asked when vLLM's defaults are about to be measured as the baseline: a runnable reference when
     # they no longer fit (the machine changed since the plan: another tenant's memory), else None
     recheck_baseline: Callable[[], Mapping[str, Any] | None] | None = None
+    # called once a trial's engine is up, before its replay, with the trial (the baseline too): the
+    # runner starts the next trial's engine then (overlapped starts)
+    on_engine_up: Callable[[optuna.Trial], None] | None = None
+
+    def launch_config(self, trial: optuna.Trial, values: Mapping[str, Any]) -> RenderedConfig | None:
+        """What ``trial`` would launch with ``values``; None when a gate's verdict stands instead."""
+        if self._verdict(trial, values, quiet=True) is not None:
+            return None
+        return render_values(self.space, dict(values)) if values else RenderedConfig(args=())
 
     def values(self, trial: optuna.Trial) -> dict[str, Any]:
         """The baseline's reference (none: vLLM's defaults), or what the sampler proposes."""
@@ -108,23 +117,35 @@ class TrialMeasure:
             raise optuna.TrialPruned(record.reason)
         return self._record(trial, values, rendered, record)
 
-    def _verdict(self, trial: optuna.Trial, values: Mapping[str, Any]) -> GateVerdict | None:
-        for gate in self.gates:
-            verdict = gate.check(trial, values)
-            if verdict is not None:
-                return verdict
-        return None
+    def _verdict(
+        self, trial: optuna.Trial, values: Mapping[str, Any], *, quiet: bool = False
+    ) -> GateVerdict | None:
+        gate_log = logging.getLogger("autotune.study._gates")
+        level = gate_log.level
+        if quiet:  # a look ahead: the verdict is logged when the trial runs
+            gate_log.setLevel(logging.WARNING)
+        try:
+            for gate in self.gates:
+                verdict = gate.check(trial, values)
+                if verdict is not None:
+                    return verdict
+            return None
+        finally:
+            gate_log.setLevel(level)
 
     def _progress(self, trial: optuna.Trial) -> Progress:
-        baseline, metric, pruner, before_replay = (
+        baseline, metric, pruner, before_replay, engine_up = (
             is_baseline(trial),
             self.objective.metric,
             self.pruner,
             self.before_replay,
+            self.on_engine_up,
         )
 
         def report(step: int, partial: Mapping[str, Any]) -> str | None:
             if step == 0:  # the engine is up, the replay not started
+                if engine_up is not None:
+                    engine_up(trial)
                 if before_replay is not None and not baseline:
                     before_replay()
                 return None

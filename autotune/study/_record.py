@@ -15,7 +15,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import optuna
 
@@ -27,6 +27,7 @@ __all__ = [
     "Evaluator",
     "Figures",
     "Metrics",
+    "Prestarter",
     "Progress",
     "TrialRecord",
     "TrialStatus",
@@ -312,6 +313,19 @@ class Evaluator(Protocol):
     def __call__(
         self, number: int, rendered: RenderedConfig, progress: Progress | None = None
     ) -> TrialRecord: ...
+
+
+@runtime_checkable
+class Prestarter(Protocol):
+    """An evaluator that can start a trial's engine ahead of its turn (overlapped starts)."""
+
+    def prestart(self, number: int, rendered: RenderedConfig) -> str | None:
+        """Start ``number``'s engine now; the reason when it does not (it then starts at its turn)."""
+        ...
+
+    def discard_prestart(self, number: int | None = None) -> None:
+        """Stop the engine started ahead (only trial ``number``'s, when given)."""
+        ...
 
 
 def constraints_hold(values: Sequence[float]) -> bool:

@@ -14,7 +14,7 @@ import logging
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import optuna
@@ -26,6 +26,7 @@ from autotune.study._baseline import baseline_trial, ensure_baseline
 from autotune.study._best import best_feasible
 from autotune.study._gates import Gate, Veto, is_baseline, standard_gates
 from autotune.study._journal import PendingJournal, storage_fault
+from autotune.study._lookahead import Lookahead
 from autotune.study._measure import TrialMeasure
 from autotune.study._objective import Objective
 from autotune.study._orphans import claim_trial, fail_orphaned_trials
@@ -79,6 +80,14 @@ class StudyRunner:
     hooks: TrialHooks = field(default_factory=TrialHooks)
     trial_attrs: Mapping[str, Any] = field(default_factory=dict)
     baseline_elsewhere: bool = False
+    overlap: bool = False  # start the next trial's engine while the current one replays, when both fit
+    _more: bool = field(default=False, init=False, repr=False)
+    _ahead: Lookahead | None = field(default=None, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.overlap:
+            self._ahead = Lookahead(self.study, self.measure, self._ask, lambda: self._more)
+            self.measure = replace(self.measure, on_engine_up=self._ahead.on_engine_up)
 
     def run(self, n_trials: int | None, timeout_s: float | None = None) -> optuna.Study:
         """Run ``n_trials`` more trials (None: until ``timeout_s`` or ``should_stop``); a study
@@ -92,6 +101,7 @@ class StudyRunner:
             while n_trials is None or ran < n_trials:
                 if timeout_s is not None and time.monotonic() - started >= timeout_s:
                     break
+                self._more = n_trials is None or ran + 1 < n_trials
                 frozen = self.run_one()
                 ran += 1
                 self._after(frozen)
@@ -109,14 +119,18 @@ class StudyRunner:
             )
             raise StorageError(f"the study storage failed while recording a trial: {cause}{kept}") from exc
         finally:
+            if self._ahead is not None:
+                self._ahead.release()
             self.study._storage.remove_session()
         return self.study
 
     def run_one(self) -> optuna.trial.FrozenTrial:
         """Ask, run, tell: one trial; what the storage holds of it afterwards."""
         fail_orphaned_trials(self.study)
-        trial = self._ask()
-        claim_trial(trial)
+        trial = self._ahead.take() if self._ahead is not None else None
+        if trial is None:
+            trial = self._ask()
+            claim_trial(trial)
         state, value, error = _State.COMPLETE, None, None
         with get_heartbeat_thread(trial._trial_id, self.study._storage):
             try:
@@ -126,6 +140,9 @@ class StudyRunner:
                 log.info("trial %d pruned: %s", trial.number, exc)
             except (Exception, KeyboardInterrupt) as exc:
                 state, error = _State.FAIL, exc
+            finally:
+                if self._ahead is not None:
+                    self._ahead.done(trial.number)
         if state is _State.COMPLETE:
             frozen = self.study.tell(trial, value)
         else:
@@ -204,10 +221,12 @@ def run_study(
     baseline_elsewhere: bool = False,
     gates: Sequence[Gate] | None = None,
     recheck_baseline: Callable[[], Mapping[str, Any] | None] | None = None,
+    overlap: bool = False,
 ) -> optuna.Study:
     """:class:`StudyRunner` as one call (the callers' keyword arguments). ``veto``: why a
     configuration is not worth launching (None: launch it); ``reuse_duplicates=False`` measures
-    again what earlier trials measured; ``gates`` replaces the standard ones (both then ignored)."""
+    again what earlier trials measured; ``gates`` replaces the standard ones (both then ignored);
+    ``overlap``: overlapped starts (:mod:`autotune.study._lookahead`)."""
     measure = TrialMeasure(
         space=space,
         evaluator=evaluator,
@@ -220,5 +239,5 @@ def run_study(
         recheck_baseline=recheck_baseline,
     )
     hooks = TrialHooks(on_start=on_trial_start, on_done=on_trial_done, should_stop=should_stop)
-    runner = StudyRunner(study, measure, hooks, dict(trial_attrs or {}), baseline_elsewhere)
+    runner = StudyRunner(study, measure, hooks, dict(trial_attrs or {}), baseline_elsewhere, overlap)
     return runner.run(n_trials, timeout_s)

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import logging
 import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +39,6 @@ from autotune.bench._replay import History
 from autotune.engine import (
     VLLM,
     ArgChecker,
-    ConnectorHits,
     Engine,
     EngineProcess,
     LaunchSpec,
@@ -48,7 +48,12 @@ from autotune.errors import EngineCrashed, EngineStartError
 from autotune.memory import MemorySampler
 from autotune.space import RenderedConfig
 from autotune.study import Figures, Metrics, Progress, TrialRecord, TrialStatus
+from autotune.trial._launch_checks import reject_before_launch
+from autotune.trial._measured import Measured as _Measured
+from autotune.trial._measured import config_key as _key
+from autotune.trial._measured import no_success_reason
 from autotune.trial._memory_guard import MemoryGuard
+from autotune.trial._overlap import PrestartSlot, overlap_refusal
 from autotune.trial._passes import PassPlan, PassResult, combine_passes, reset_leak, reset_prefix_cache
 from autotune.trial._requests import write_request_timings
 from autotune.workload import Workload
@@ -56,28 +61,7 @@ from autotune.workload import Workload
 __all__ = ["VllmEvaluator", "no_success_reason"]
 
 
-@dataclass(frozen=True)
-class _Measured:
-    figures: TrialFigures
-    metrics: MetricsDelta | None
-    phase: dict[str, float]
-    timings: tuple[RequestTiming, ...]
-    summaries: tuple[dict[str, Any], ...]
-    notes: tuple[str, ...]
-    pruned: str | None
-    connector: ConnectorHits | None = None  # what the KV connector's own log says it served
-
-
 log = logging.getLogger(__name__)
-
-
-def no_success_reason(figures: Figures) -> str:
-    """Why a replay served nothing, from the failed requests' own answers."""
-    failures = figures.failures
-    if not failures:
-        return f"no request succeeded ({figures.failed} failed)"
-    top, count = next(iter(failures.items()))
-    return f"no request succeeded: {count} of {figures.failed} failed with {top}"
 
 
 @dataclass
@@ -102,24 +86,75 @@ class VllmEvaluator:
     passes: PassPlan = field(default_factory=lambda: PassPlan(count=1))  # replays per started engine
     objective_metric: str = "ttft_p90"  # what a pass reports to the pruner and the record keeps per pass
     checkpoints: int = 4  # progress reports per pass (each quarter of its requests)
+    _early: PrestartSlot = field(default_factory=PrestartSlot, init=False, repr=False)
 
     def __call__(
         self, number: int, rendered: RenderedConfig, progress: Progress | None = None
     ) -> TrialRecord:
-        proc = self.engine.process(
-            self.spec, rendered, self.log_dir / f"trial-{number:04d}.log", shm_patterns=self.shm_patterns
-        )
+        t_call = time.monotonic()
+        early = self._early.take(number, _key(rendered))  # its engine, started while the last trial replayed
+        proc = early.proc if early is not None else self._process(number, rendered)
         command = tuple(proc.argv)
         base = TrialRecord(status=TrialStatus.OK, command=command, engine=self.engine_label)
-        rejected = self._reject_before_launch(number, base, proc.argv[len(self.spec.launcher) :])
+        if early is None:
+            rejected = self._reject(number, base, proc.argv)
+            if rejected is not None:
+                return rejected
+        return self._run(number, proc, base, progress, early.at if early is not None else None, t_call)
+
+    def prestart(self, number: int, rendered: RenderedConfig) -> str | None:
+        """Start trial ``number``'s engine now, beside the one that replays (overlapped starts); its
+        trial takes it. The reason when it is not started (it then starts at its turn, as usual)."""
+        proc = self._process(number, rendered)
+        base = TrialRecord(status=TrialStatus.OK, command=tuple(proc.argv), engine=self.engine_label)
+        rejected = self._reject(number, base, proc.argv)
         if rejected is not None:
-            return rejected
-        gpu_before = self.memory.gpu_used() if self.memory is not None else None
-        t_start = time.monotonic()
+            return rejected.reason or "rejected before launch"
+        why = overlap_refusal(self.memory, proc.argv[len(self.spec.launcher) :])
+        if why is not None:
+            return why
+        try:
+            self._early.put(number, _key(rendered), proc)
+        except OSError as exc:  # it starts at its turn instead, and fails there if it must
+            return f"could not start it early: {exc}"
+        return None
+
+    def discard_prestart(self, number: int | None = None) -> None:
+        """Stop the engine started ahead (only trial ``number``'s, when given) whose trial will not take it."""
+        self._early.discard(number)
+
+    def _process(self, number: int, rendered: RenderedConfig) -> EngineProcess:
+        return self.engine.process(
+            self.spec, rendered, self.log_dir / f"trial-{number:04d}.log", shm_patterns=self.shm_patterns
+        )
+
+    def _reject(self, number: int, base: TrialRecord, argv: list[str]) -> TrialRecord | None:
+        return reject_before_launch(
+            number,
+            base,
+            argv[len(self.spec.launcher) :],
+            checker=self.arg_checker,
+            memory=self.memory,
+            engine_name=self.engine.name,
+        )
+
+    def _run(
+        self,
+        number: int,
+        proc: EngineProcess,
+        base: TrialRecord,
+        progress: Progress | None,
+        started_early: float | None,
+        t_call: float,
+    ) -> TrialRecord:
+        # beside an engine started early the GPU's total use says nothing of this one's release
+        gpu_before = self.memory.gpu_used() if self.memory is not None and started_early is None else None
+        t_start = started_early if started_early is not None else time.monotonic()
         sampler: MemorySampler | None = None
         peak: dict[str, Any] = {}
         try:
-            proc.start()
+            if started_early is None:
+                proc.start()
             if self.memory is not None and proc.pid is not None:
                 sampler = self.memory.sampler(proc.pid)
                 sampler.start()
@@ -147,7 +182,7 @@ class VllmEvaluator:
                 peak.update(MemoryGuard.peak_record(sampler.stop()))
             proc.stop()  # also on Ctrl-C and on any error: no engine outlives its trial; it also
             # removes the /dev/shm files it left (torch's psm_*, the profile's pool) that nothing maps
-            if self.memory is not None:
+            if self.memory is not None and self._early.pending is None:
                 self.memory.wait_gpu_released(gpu_before)
             teardown = time.monotonic() - t_stop
         violations: tuple[str, ...] = ()
@@ -163,6 +198,15 @@ class VllmEvaluator:
             memory=peak,
             violations=violations,
         )
+        if started_early is not None:
+            hidden = min(proc.startup_s or 0.0, t_call - started_early)
+            record = record.with_(
+                notes=(
+                    f"overlapped start: {hidden:.1f} s of its {proc.startup_s or 0.0:.1f} s start-up ran "
+                    "while the previous trial replayed",
+                )
+            )
+            measured = dataclasses.replace(measured, phase={**measured.phase, "startup_overlapped": hidden})
         return self._measured_record(record, proc, measured, teardown)
 
     def _measured_record(
@@ -186,7 +230,7 @@ class VllmEvaluator:
                 "teardown": teardown,
             },
             passes=measured.summaries,
-            notes=measured.notes,
+            notes=(*record.notes, *measured.notes),
         )
         if measured.pruned is not None:
             return record.with_(status=TrialStatus.PRUNED, failure="pruned", reason=measured.pruned)
@@ -195,32 +239,6 @@ class VllmEvaluator:
                 status=TrialStatus.FAILED, failure="no_success", reason=no_success_reason(figs)
             )
         return record
-
-    def _reject_before_launch(
-        self, number: int, base: TrialRecord, engine_argv: list[str]
-    ) -> TrialRecord | None:
-        """A command the engine's parser rejects, or a configuration that cannot fit, never starts."""
-        if self.arg_checker is not None:
-            check = self.arg_checker.check(engine_argv)
-            if not check.ok:
-                log.info("trial %d: the engine's parser rejects the command: %s", number, check.error)
-                return base.with_(
-                    status=TrialStatus.INFEASIBLE,
-                    failure="bad_flag",
-                    reason=f"rejected by {self.engine.name} {self.arg_checker.version}'s argument parser "
-                    f"before launch: {check.error}",
-                )
-        if self.memory is not None:
-            verdict = self.memory.check(engine_argv)
-            if not verdict.feasible:
-                log.info("trial %d: does not fit: %s", number, "; ".join(verdict.reasons))
-                return base.with_(
-                    status=TrialStatus.INFEASIBLE,
-                    failure="does_not_fit",
-                    reason="does not fit before launch: " + "; ".join(verdict.reasons),
-                    memory={"estimate": asdict(verdict.estimate)} if verdict.estimate else {},
-                )
-        return None
 
     async def _measure(self, proc: EngineProcess, progress: Progress | None) -> _Measured:
         timeout = httpx.Timeout(self.request_timeout_s, connect=10.0)

@@ -282,6 +282,7 @@ def run_worker(
                 journal=PendingJournal(study_directory(spec.studies_dir, spec.study)),
                 before_replay=gate,
                 baseline_elsewhere=group.slot > 0,
+                overlap=spec.choices.overlap_starts,
                 **study_hooks(setup),
             )
             return ran["n"]
