@@ -53,7 +53,7 @@ from autotune.trial._measured import Measured as _Measured
 from autotune.trial._measured import config_key as _key
 from autotune.trial._measured import no_success_reason
 from autotune.trial._memory_guard import MemoryGuard
-from autotune.trial._overlap import PrestartSlot, overlap_refusal
+from autotune.trial._overlap import PrestartSlot, hidden_start, overlap_refusal
 from autotune.trial._passes import PassPlan, PassResult, combine_passes, reset_leak, reset_prefix_cache
 from autotune.trial._requests import write_request_timings
 from autotune.workload import Workload
@@ -147,8 +147,8 @@ class VllmEvaluator:
         started_early: float | None,
         t_call: float,
     ) -> TrialRecord:
-        # beside an engine started early the GPU's total use says nothing of this one's release
-        gpu_before = self.memory.gpu_used() if self.memory is not None and started_early is None else None
+        # (1) beside an engine started early, the GPU's total use says nothing of this one's release
+        gpu_before = self.memory.gpu_used() if self.memory and started_early is None else None
         t_start = started_early if started_early is not None else time.monotonic()
         sampler: MemorySampler | None = None
         peak: dict[str, Any] = {}
@@ -165,6 +165,7 @@ class VllmEvaluator:
                 measured.timings, self.log_dir / f"trial-{number:04d}.requests.npz"
             )
             proc.check_alive()  # requests that failed because the engine died make a crashed trial
+            self._early.wait_ready()  # this engine's memory must not come free while the next one profiles
         except (EngineStartError, EngineCrashed) as exc:
             log.info("trial %d: engine failed: %s", number, exc.failure)
             return base.with_(
@@ -182,7 +183,7 @@ class VllmEvaluator:
                 peak.update(MemoryGuard.peak_record(sampler.stop()))
             proc.stop()  # also on Ctrl-C and on any error: no engine outlives its trial; it also
             # removes the /dev/shm files it left (torch's psm_*, the profile's pool) that nothing maps
-            if self.memory is not None and self._early.pending is None:
+            if self.memory is not None and self._early.pending is None:  # (1) beside another, no reading
                 self.memory.wait_gpu_released(gpu_before)
             teardown = time.monotonic() - t_stop
         violations: tuple[str, ...] = ()
@@ -199,13 +200,8 @@ class VllmEvaluator:
             violations=violations,
         )
         if started_early is not None:
-            hidden = min(proc.startup_s or 0.0, t_call - started_early)
-            record = record.with_(
-                notes=(
-                    f"overlapped start: {hidden:.1f} s of its {proc.startup_s or 0.0:.1f} s start-up ran "
-                    "while the previous trial replayed",
-                )
-            )
+            hidden, note = hidden_start(proc.startup_s, started_early, t_call)
+            record = record.with_(notes=(note,))
             measured = dataclasses.replace(measured, phase={**measured.phase, "startup_overlapped": hidden})
         return self._measured_record(record, proc, measured, teardown)
 

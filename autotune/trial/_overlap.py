@@ -11,15 +11,17 @@ early: the tool cannot tell whether two engines fit.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from autotune.engine import EngineProcess
+from autotune.errors import EngineStartError
 from autotune.memory import read_machine_facts
 from autotune.trial._memory_guard import MemoryGuard
 
-__all__ = ["OVERLAP_MARGIN_BYTES", "PrestartSlot", "Prestarted", "overlap_refusal"]
+__all__ = ["OVERLAP_MARGIN_BYTES", "PrestartSlot", "Prestarted", "hidden_start", "overlap_refusal"]
 
 GiB = 2**30
 OVERLAP_MARGIN_BYTES = 2 * GiB  # beyond the next engine's share: CUDA context, allocator slack
@@ -50,6 +52,16 @@ def overlap_refusal(guard: MemoryGuard | None, next_argv: Sequence[str]) -> str 
     return None
 
 
+def hidden_start(startup_s: float | None, started_at: float, taken_at: float) -> tuple[float, str]:
+    """How much of an early engine's start-up ran before its trial took it, and the record's note."""
+    total = startup_s or 0.0
+    hidden = min(total, taken_at - started_at)
+    return (
+        hidden,
+        f"overlapped start: {hidden:.1f} s of its {total:.1f} s start-up ran while the previous trial replayed",
+    )
+
+
 @dataclass(frozen=True)
 class Prestarted:
     """An engine started ahead of its trial: ``number``'s, for the configuration ``key``, started at ``at``."""
@@ -78,6 +90,17 @@ class PrestartSlot:
             got.proc.stop()
             return None
         return got
+
+    def wait_ready(self) -> None:
+        """Wait until the engine started ahead is up (or has failed: its trial records why). vLLM
+        sizes its KV cache from the GPU's free memory during its start, and refuses to start when that
+        grows meanwhile ("Error in memory profiling ... other processes ... release GPU memory while
+        vLLM is profiling"): measured on the H200 when the trial before stopped its engine then. So the
+        running engine is stopped only once the next one is up."""
+        if self.pending is None:
+            return
+        with contextlib.suppress(EngineStartError):  # stopped; its trial records the failure with its log
+            self.pending.proc.wait_healthy()
 
     def discard(self, number: int | None = None) -> None:
         """Stop the engine started ahead (only trial ``number``'s, when given)."""
