@@ -84,7 +84,7 @@ def main() -> int:
     with build_setup(choices) as setup:
         groups = plan_groups(setup, args.gpus, workers=None if args.gpus else 1)
         if groups[0].gpus:
-            setup.watch_gpus(groups[0].gpus)
+            setup = setup.watching_gpus(groups[0].gpus)
         opened = open_study(setup, args.study, None, args.studies_dir, args.seed, plan_baseline(setup))
         study = opened.study
         present = {  # measured, or enqueued and waiting (its values in fixed_params)

@@ -89,7 +89,7 @@ def cmd_grid(args: argparse.Namespace) -> dict[str, Any]:
     table: dict[str, Any] = {}
     with build_setup(choices) as setup:
         setup.check_fixed_flags()
-        prior = setup.apply_prior()
+        prior = setup.with_prior().prior
         assert prior is not None
         space = load_search_space(SPACE_PATH)  # the whole grid, whatever the prior would drop
         evaluator = setup.evaluator(log_dir)

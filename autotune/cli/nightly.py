@@ -43,6 +43,7 @@ def nightly(spec: StudySpec) -> None:
     with build_setup(spec) as setup, StudyLock(spec.storage, name, spec.studies_dir):
         setup.check_fixed_flags()
         plan = plan_baseline(setup)
+        setup = setup.with_prior()  # once: announced, enqueued and vetoing from this setup
         st, sdir = open_and_announce(setup, name, spec.storage, spec.studies_dir, spec.seed, plan)
         options = NightOptions(
             budget_s=spec.budget_s,

@@ -57,9 +57,9 @@ def run(spec: StudySpec) -> None:
     with build_setup(spec) as setup:
         for msg in setup.workload.skipped:
             console.print(f"[yellow]skipped[/yellow] {msg}")
-        groups = _plan_groups(setup)
+        setup, groups = _plan_groups(setup)
         plan = plan_baseline(setup)
-        setup.apply_prior()  # may shrink the space: before the dry run shows samples of it
+        setup = setup.with_prior()  # the prior's space: before the dry run shows samples of it
         if spec.dry_run:
             raise typer.Exit(_dry_run(setup, plan))
         name = check_study_name(spec.study or f"{Path(spec.workload or '').stem}-{setup.space.name}")
@@ -76,16 +76,16 @@ def run(spec: StudySpec) -> None:
             raise typer.Exit(EXIT_NO_BASELINE)
 
 
-def _plan_groups(setup: TuningSetup) -> tuple[GpuGroup, ...] | None:
-    """Parallel workers (--gpus, --workers); the baseline plan and the prior then read worker 0's GPUs
-    (not GPU 0 while another job fills it)."""
+def _plan_groups(setup: TuningSetup) -> tuple[TuningSetup, tuple[GpuGroup, ...] | None]:
+    """Parallel workers (--gpus, --workers), and the setup whose baseline plan and prior read worker
+    0's GPUs (not GPU 0 while another job fills it)."""
     spec = setup.choices
     if not (spec.gpus or spec.workers) or spec.dry_run:
-        return None
+        return setup, None
     groups = plan_groups(setup, spec.gpus, workers=spec.workers)
     if groups and groups[0].gpus:
-        setup.watch_gpus(groups[0].gpus)
-    return groups
+        setup = setup.watching_gpus(groups[0].gpus)
+    return setup, groups
 
 
 def _measure(
@@ -177,10 +177,11 @@ def open_and_announce(
 
 
 def announce_prior(setup: TuningSetup, st: optuna.Study) -> None:
-    """Say what the prior reasoned (console and study log) and enqueue its candidates after the baseline."""
+    """Say what the prior reasoned (console and study log) and enqueue its candidates after the baseline
+    (``setup`` the study's: its prior built, see :meth:`TuningSetup.with_prior`)."""
     import logging
 
-    prior = setup.apply_prior()
+    prior = setup.prior
     if prior is None:
         return
     for line in prior.lines:
@@ -293,7 +294,7 @@ def _dry_run(setup: TuningSetup, plan: BaselinePlan) -> int:
     previews = preview_commands(setup, samples=samples, seed=seed, reference=plan.reference)
     for pname, reason in setup.space.unsupported.items():
         out.print(f"# not tuned with profile {setup.profile.name}: {pname}: {reason}")
-    prior = setup.apply_prior()
+    prior = setup.prior
     for line in prior.lines if prior is not None else ():
         out.print(f"# {line}", soft_wrap=True)
     out.print(f"# {setup.pass_plan.describe()}; pruning {'on' if setup.choices.prune else 'off'}")

@@ -56,7 +56,7 @@ def _search(n: _Night) -> str:
         warm.insert(0, n.inc_params)
     for params in [p for i, p in enumerate(warm) if p and p not in warm[:i]]:
         n.study.enqueue_trial(params, skip_if_exists=False)
-    prior = n.setup.apply_prior()
+    prior = n.setup.prior  # built once with the setup (cli/nightly.py), announced as the study opened
     for line in prior.lines if prior is not None else ():
         log.info(line)
     if prior is not None:

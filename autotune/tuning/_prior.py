@@ -43,9 +43,14 @@ GiB = 2**30
 class PriorInputs(Protocol):
     """What the prior reads of a tuning set-up (:class:`~autotune.tuning.TuningSetup` has it all)."""
 
-    space: SearchSpace
-    workload: Workload
-    guard: MemoryGuard | None
+    @property
+    def space(self) -> SearchSpace: ...
+
+    @property
+    def workload(self) -> Workload: ...
+
+    @property
+    def guard(self) -> MemoryGuard | None: ...
 
     @property
     def model(self) -> str: ...

@@ -92,8 +92,14 @@ def recheck_baseline(setup: TuningSetup) -> Mapping[str, Any] | None:
 
 def study_hooks(setup: TuningSetup) -> dict[str, Any]:
     """The pruner, the prior's prediction and veto and the baseline's re-check, as
-    :func:`autotune.study.run_study` takes them."""
-    prior = setup.apply_prior()
+    :func:`autotune.study.run_study` takes them. ``setup`` is the study's, its prior built
+    (:meth:`TuningSetup.with_prior`): the hooks read that prior, and the study its space."""
+    if setup.needs_prior:
+        raise ValueError(
+            "study_hooks: the setup's prior is not built, so the study would search the full space "
+            "with no veto (fix: pass setup.with_prior(), made once where the study's setup is)"
+        )
+    prior = setup.prior
     return {
         "pruner": IncumbentPruner(metric=setup.objective.metric) if setup.choices.prune else None,
         "predict": prior.predict if prior is not None else None,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -64,9 +64,32 @@ def arrival_spec(spec: StudySpec, wl: Workload) -> ArrivalSpec:
     return ArrivalSpec(mode=default.mode, concurrency=default.concurrency, speed=spec.speed, seed=spec.seed)
 
 
-@dataclass
+class _CheckerCache:
+    """The engine's argument checker (one worker process), started on first use by any copy of a
+    setup and shared by all of them: started at most once, closed once, by :func:`build_setup`'s exit.
+    The one mutable part of a setup, held by reference so that its copies share it."""
+
+    __slots__ = ("_checker",)
+
+    def __init__(self) -> None:
+        self._checker: ArgChecker | None = None
+
+    def get(self, start: Callable[[], ArgChecker]) -> ArgChecker:
+        if self._checker is None:
+            self._checker = start()
+        return self._checker
+
+    def close(self) -> None:
+        checker, self._checker = self._checker, None
+        if checker is not None:
+            checker.close()
+
+
+@dataclass(frozen=True)
 class TuningSetup:
-    """Validated choices and the parts built from them. Use as a context manager (:func:`build_setup`)."""
+    """Validated choices and the parts built from them; immutable once built (:func:`build_setup`,
+    a context manager). A variant is a new setup: :meth:`with_prior` (the prior built once, its
+    space the setup's), :meth:`watching_gpus`, :func:`~autotune.tuning.for_gpus` (a worker's)."""
 
     choices: StudySpec  # the effective study (autotune.spec)
     engine: Engine
@@ -74,15 +97,15 @@ class TuningSetup:
     profile: EngineProfile
     profile_note: str | None
     space_path: Path
-    space: SearchSpace  # the profile applied, offload pools clamped to the host once
+    space: SearchSpace  # the profile applied, offload pools clamped to the host once; the prior's when built
     objective: Objective
     launch: LaunchSpec
     fixed: FlagPairs
     arrival: ArrivalSpec
     guard: MemoryGuard | None
     pass_plan: PassPlan = field(default_factory=PassPlan)
-    _checker: ArgChecker | None = None
-    _prior: Prior | None = None
+    prior: Prior | None = None  # built by with_prior(), once; None: not built, or --no-prior
+    _checkers: _CheckerCache = field(default_factory=_CheckerCache, repr=False, compare=False)
 
     @property
     def model(self) -> str:
@@ -100,13 +123,17 @@ class TuningSetup:
     def platform(self) -> Literal["cuda", "cpu"]:
         return "cpu" if self.space.platform == "cpu" else "cuda"
 
+    @property
+    def needs_prior(self) -> bool:
+        """The prior is on (``--prior``, the default) and not built yet: :meth:`with_prior` builds it."""
+        return self.choices.prior and self.prior is None
+
     def checker(self) -> ArgChecker | None:
-        """The engine's own argument parser (one worker process, started on first use)."""
+        """The engine's own argument parser (one worker process, started on first use, shared by
+        every copy of this setup)."""
         if not self.choices.check_args or self.engine.installed().vllm_distribution is None:
             return None
-        if self._checker is None:
-            self._checker = self.engine.arg_checker()
-        return self._checker
+        return self._checkers.get(self.engine.arg_checker)
 
     def evaluator(self, log_dir: Path, *, check_args: bool = True) -> VllmEvaluator:
         """An evaluator that measures exactly as a study trial does, logging under ``log_dir``."""
@@ -131,14 +158,17 @@ class TuningSetup:
             objective_metric=self.objective.metric,
         )
 
-    def apply_prior(self) -> Prior | None:
-        """Build the workload-aware prior once (``--no-prior``: None) and shrink the space by it."""
-        if not self.choices.prior:
-            return None
-        if self._prior is None:
-            self._prior = build_prior(self)
-            self.space = self._prior.space
-        return self._prior
+    def with_prior(self) -> TuningSetup:
+        """This setup with the workload-aware prior built and the space shrunk by it: a new setup
+        (this one keeps the full space). Itself when the prior is built already or ``--no-prior``.
+
+        Call it once where a study's setup is made, after :meth:`watching_gpus` (the prior reads the
+        memory of the GPUs watched then), and pass the result on: the study's announcement, its
+        hooks (:func:`~autotune.tuning.study_hooks`), a worker and a night all read this one prior."""
+        if not self.needs_prior:
+            return self
+        prior = build_prior(self)
+        return replace(self, space=prior.space, prior=prior)
 
     def engine_argv(self, tuned_args: Sequence[str] = ()) -> list[str]:
         """The engine's flags for a configuration (fixed flags, then the tuned ones), port 0."""
@@ -147,11 +177,14 @@ class TuningSetup:
         argv = self.engine.argv(self.launch, RenderedConfig(args=tuple(tuned_args)), 0)
         return argv[len(self.launch.launcher) :]
 
-    def watch_gpus(self, gpus: Sequence[int]) -> None:
-        """Memory checks of this process read only ``gpus`` (NVML numbers), e.g. the GPUs of the
-        worker that measures the baseline, not GPU 0 while another job fills it."""
-        if self.guard is not None and gpus:
-            self.guard = self.guard.for_gpus(gpus)
+    def watching_gpus(self, gpus: Sequence[int]) -> TuningSetup:
+        """This setup with its memory checks reading only ``gpus`` (NVML numbers), e.g. the GPUs of
+        the worker that measures the baseline, not GPU 0 while another job fills it: a new setup
+        (itself when memory checks are off or ``gpus`` is empty). The engine still sees every GPU:
+        a worker's setup is :func:`~autotune.tuning.for_gpus`'s."""
+        if self.guard is None or not gpus:
+            return self
+        return replace(self, guard=self.guard.for_gpus(gpus))
 
     def fit_reasons(self, tuned_args: Sequence[str] = ()) -> tuple[str, ...]:
         """Why a configuration would not fit this machine (empty: it fits, or memory checks are off)."""
@@ -172,9 +205,8 @@ class TuningSetup:
             )
 
     def close(self) -> None:
-        if self._checker is not None:
-            self._checker.close()
-            self._checker = None
+        """Stop the argument checker (shared with every copy of this setup)."""
+        self._checkers.close()
 
 
 def _api_key(env_name: str | None) -> str | None:

@@ -230,7 +230,7 @@ def run_worker(
         with GpuLease(group.gpus, owner=f"study {spec.study} worker {group.slot}") as lease:
             setup = for_gpus(base, group, lease, probe=probe)
             study = _join(setup, dataclasses.replace(spec, group=group))
-            setup.apply_prior()  # the same prediction and veto in every worker (the parent enqueued)
+            setup = setup.with_prior()  # the same prediction and veto in every worker (the parent enqueued)
             gate = None
             if group.slot > 0:  # a baseline running longer than this is presumed orphaned (its worker died)
                 patience = spec.choices.startup_timeout + 1800

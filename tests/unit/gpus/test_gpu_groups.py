@@ -216,10 +216,15 @@ def test_the_baseline_plan_reads_the_gpu_that_measures_it(setup: TuningSetup) ->
     """``run --gpus 1`` while another job fills GPU 0: vLLM's defaults fit GPU 1, where worker 0
     measures the baseline; reading GPU 0 would have swapped them for a smaller reference."""
     assert setup.guard is not None
-    setup.guard = dataclasses.replace(setup.guard, probe=four_gpus(used=(70, 0, 0, 0)))
-    assert not plan_baseline(setup).defaults_fit  # the first visible GPU: full
-    setup.watch_gpus((1,))
-    assert plan_baseline(setup).defaults_fit and setup.guard.gpus == (1,)
+    crowded = dataclasses.replace(
+        setup, guard=dataclasses.replace(setup.guard, probe=four_gpus(used=(70, 0, 0, 0)))
+    )
+    assert not plan_baseline(crowded).defaults_fit  # the first visible GPU: full
+    on1 = crowded.watching_gpus((1,))
+    assert on1.guard is not None and on1.guard.gpus == (1,) and plan_baseline(on1).defaults_fit
+    # a new setup: the one it came from still reads every GPU (its plan unchanged)
+    assert crowded.guard is not None and crowded.guard.gpus is None
+    assert not plan_baseline(crowded).defaults_fit
 
 
 def test_a_compile_cache_given_is_shared_by_every_evaluator_and_stays_on_this_host(tmp_path: Path) -> None:

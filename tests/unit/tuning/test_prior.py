@@ -62,8 +62,9 @@ def test_the_prior_enqueues_the_best_predicted_memory_setting_and_explains_it(
 ) -> None:
     wl = _workload(tmp_path / "w.jsonl", docs=6, words=200, repeats=3)
     choices = StudySpec(workload=wl, model=str(tiny_model), engine_args=("--max-model-len=2048",))
-    with build_setup(choices) as setup:
-        prior = setup.apply_prior()
+    with build_setup(choices) as built:
+        setup = built.with_prior()
+        prior = setup.prior
         assert prior is not None
         text = "\n".join(prior.lines)
         assert "working set" in text and "predicted prefix hits" in text
