@@ -37,8 +37,10 @@ lint: setup
 	$(BIN)/mypy autotune
 	$(BIN)/lint-imports
 
+# Two pytest-xdist workers: the tests that start real vLLM run one after another on one of them (one
+# xdist group, tests/conftest.py), everything else on both.
 test: lint
-	$(BIN)/python -m pytest -q -rs --durations=40
+	$(BIN)/python -m pytest -q -rs --durations=40 -n 2 --dist loadgroup
 
 clean:
 	rm -rf $(VENV) .models studies/*.db studies/*/

@@ -1,9 +1,12 @@
 from __future__ import annotations
 
 import contextlib
+import importlib
+import importlib.util
 import json
 import os
 import random
+import subprocess
 import sys
 import time
 import uuid
@@ -117,6 +120,43 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if skip_vllm and "vllm" in item.keywords:
             item.add_marker(pytest.mark.skip(reason="AUTOTUNE_SKIP_VLLM=1"))
+
+
+def starts_vllm(nodeid: str) -> bool:
+    """Does the test ``nodeid`` carry the ``vllm`` mark (its own, its class's or its module's)?
+    Read from the imported test module, as pytest-xdist's controller sees only node ids."""
+    path, _, rest = nodeid.partition("::")
+    module = importlib.import_module(path.removesuffix(".py").replace("/", "."))
+    marks = [module]
+    obj: object = module
+    for name in rest.partition("[")[0].split("::") if rest else ():
+        obj = getattr(obj, name, None)
+        marks.append(obj)
+    found = []
+    for owner in marks:
+        own = getattr(owner, "pytestmark", [])
+        found += own if isinstance(own, list) else [own]
+    return any(getattr(m, "name", None) == "vllm" for m in found)
+
+
+if importlib.util.find_spec("xdist") is not None:
+
+    def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+        """Under ``--dist loadgroup`` (``make test``: ``-n 2``) the tests that start real vLLM are
+        one group, run one after another by one worker: never two CPU-build engines of two tests at
+        once on a 2-core machine (their timings would interfere), and the session fixtures
+        ``real_study`` and ``real_nights`` run once. (pytest-xdist 3.8 cannot name the group of a
+        pytest 9 item itself: it sets ``item._nodeid``, which pytest 9 no longer reads.)"""
+        from xdist.scheduler import LoadGroupScheduling
+
+        if config.getvalue("dist") != "loadgroup":
+            return None
+
+        class VllmTestsApart(LoadGroupScheduling):
+            def _split_scope(self, nodeid: str) -> str:
+                return "vllm" if starts_vllm(nodeid) else super()._split_scope(nodeid)
+
+        return VllmTestsApart(config, log)  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)
@@ -235,3 +275,84 @@ def real_study(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> It
                     p.kill()
         assert not left, f"engine processes outlived the study: {[_argv_head(p) for p in left]}"
         yield RealStudy(study=study, root=root, model=tiny_model, checker=checker)
+
+
+@dataclass(frozen=True)
+class RealNights:
+    """Two nights of the RAG example on the real CPU build, run once per session through the CLI
+    (``real_nights``): what each printed, the study, the export and the Git repository that night
+    1's ``--on-promote`` hook committed the promotion into."""
+
+    root: Path
+    studies: Path  # rag.db, rag/night-000N/ (logs, per-request .npz, the night's report)
+    out: Path  # the export (best.yaml)
+    gitops: Path  # the hook's Git repository: vllm.yaml, one commit per delivered promotion
+    nights: tuple[subprocess.CompletedProcess[str], ...]
+
+
+# The deployed config of night 1 (--incumbent): 64-token scheduler steps, so a prompt's prefill
+# takes several steps and requests queue behind them; the search's one candidate is vLLM's default
+# step (2048). On the CPU build (2 cores, beside the other xdist worker) p50 TTFT 93-145 -> 28-59 ms.
+REAL_NIGHT_INCUMBENT = "max-num-batched-tokens: 64\nmax-num-seqs: 32\n"
+REAL_NIGHT_SPACE = """name: night
+platform: cpu
+parameters:
+  max_num_batched_tokens: {type: categorical, choices: [2048], flag: --max-num-batched-tokens}
+"""
+GIT_COMMIT_HOOK = (
+    'cp "$AUTOTUNE_NEW_CONFIG" {repo}/vllm.yaml && git -C {repo} add vllm.yaml && '
+    'git -C {repo} -c user.name=autotune -c user.email=a@b commit -q -m "night $AUTOTUNE_NIGHT: '
+    '$AUTOTUNE_OBJECTIVE $AUTOTUNE_BEST_VALUE"'
+)
+
+
+@pytest.fixture(scope="session")
+def real_nights(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> RealNights:
+    """Night 1: the throttled deployed config (``--incumbent``) and vLLM's defaults re-measured,
+    a search of the baseline and one candidate, the candidate confirmed against the incumbent and
+    promoted (a 10% floor), its export committed into a local Git repository by ``--on-promote``.
+    Night 2, nothing changed: the last promoted config is the incumbent, re-measured against the
+    baseline; the search re-uses its measurements (no start); no regression at a 200% floor: one run
+    per arm has no measured band, and beside the other pytest-xdist worker the same command measured
+    p50 TTFT 28-59 ms within one night (vs 93-145 ms for the throttled incumbent; at a 50% floor a
+    serial CI run once flagged +54%). 8 vLLM starts in all; no engine outlives a night."""
+    root = tmp_path_factory.mktemp("real_nights")
+    value = uuid.uuid4().hex
+    gitops = root / "gitops"
+    subprocess.run(["git", "init", "-q", str(gitops)], check=True)
+    (root / "incumbent.yaml").write_text(REAL_NIGHT_INCUMBENT)
+    (root / "space.yaml").write_text(REAL_NIGHT_SPACE)
+    args = [
+        "nightly", "--study", "rag", "--workload", str(REPO / "examples" / "rag.jsonl"),
+        "--model", str(tiny_model), "--studies-dir", str(root / "studies"), "--no-check-args",
+        "--space", str(root / "space.yaml"), "--speed", "3", "--rounds", "1", "--passes", "1",
+        "--max-trials", "2", "--budget", "12m", "--objective", "ttft_p50", "--out", str(root / "best.yaml"),
+        "--on-promote", GIT_COMMIT_HOOK.format(repo=gitops), "--engine-arg=--enforce-eager",
+        "--engine-arg=--max-model-len=2048", "--engine-arg=--kv-cache-memory-bytes=20M",
+    ]  # fmt: skip
+    env = {**os.environ, MARK_ENV: value, "PYTHONPATH": str(REPO)}
+    runs = []
+    for extra in (
+        ["--incumbent", str(root / "incumbent.yaml"), "--min-improvement", "0.1"],
+        ["--min-improvement", "2.0"],
+    ):
+        try:
+            runs.append(
+                subprocess.run(
+                    [sys.executable, "-m", "autotune", *args, *extra],
+                    cwd=root,
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                    timeout=900,
+                )
+            )
+        finally:
+            left = wait_no_processes(value, timeout=20)
+            for p in left:
+                with contextlib.suppress(psutil.Error):
+                    p.kill()
+        assert not left, f"engine processes outlived night {len(runs)}: {[_argv_head(p) for p in left]}"
+    return RealNights(
+        root=root, studies=root / "studies", out=root / "best.yaml", gitops=gitops, nights=tuple(runs)
+    )

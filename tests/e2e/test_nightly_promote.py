@@ -1,5 +1,6 @@
-"""The promoted config out: a night's --on-promote commits it into a Git repository; a failing hook keeps
-the export and exits with the hook's own code; `nightly rollback` restores the previous promotion (issue 29, item 4)."""
+"""The promoted config out (issue 29, item 4): a real night's --on-promote commits it into a Git
+repository; a failing hook (on the fake server) keeps the export and the night exits with the hook's
+own code; `nightly rollback` with nothing to roll back to says so."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
-from tests.conftest import FAKE_LAUNCHER, MARK_ENV, REPO, wait_no_processes
+from tests.conftest import FAKE_LAUNCHER, MARK_ENV, REPO, RealNights, wait_no_processes
 
 SPACE = """name: nightly-promote
 platform: cpu
@@ -55,33 +57,34 @@ def _night(tmp_path: Path, study: str, hook: str, mark: str) -> subprocess.Compl
     )
 
 
-def test_a_night_commits_its_promotion_into_git_and_a_failing_hook_keeps_the_export(
+@pytest.mark.vllm
+def test_a_real_night_commits_its_promotion_into_git(real_nights: RealNights) -> None:
+    """Night 1 of ``real_nights`` (tests/conftest.py, real vLLM) promotes, and its --on-promote hook
+    commits the export into a local Git repository; night 2 keeps its incumbent and runs no hook."""
+    night, kept = real_nights.nights
+    assert night.returncode == 0, night.stderr[-3000:]
+    assert "Promoted trial #" in night.stdout and "--on-promote: on-promote hook succeeded" in night.stderr
+    assert not re.search(r"=\d+\.\d{5,}", night.stderr), night.stderr  # night lines print 4 figures
+    committed = yaml.safe_load((real_nights.gitops / "vllm.yaml").read_text())
+    assert committed == yaml.safe_load(real_nights.out.read_text())
+    assert committed["max-num-batched-tokens"] == 2048 and committed["model"]
+    log = subprocess.run(
+        ["git", "-C", str(real_nights.gitops), "log", "--format=%s"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
+    assert len(log) == 1 and re.fullmatch(r"night 1: ttft_p50 \d+(\.\d+)?", log[0]), log
+    assert kept.returncode == 0 and "--on-promote" not in kept.stderr
+
+
+def test_a_failing_hook_keeps_the_export_and_the_night_exits_with_the_hooks_code(
     tmp_path: Path, mark: str
 ) -> None:
-    repo = tmp_path / "gitops"
-    subprocess.run(["git", "init", "-q", str(repo)], check=True)
-    hook = (
-        f'cp "$AUTOTUNE_NEW_CONFIG" {repo}/vllm.yaml && git -C {repo} add vllm.yaml && '
-        f'git -C {repo} -c user.name=autotune -c user.email=a@b commit -q -m "night $AUTOTUNE_NIGHT: '
-        f'$AUTOTUNE_OBJECTIVE $AUTOTUNE_BEST_VALUE"'
-    )
-    night = _night(tmp_path, "prod", hook, mark)
-    assert night.returncode == 0, night.stderr
-    assert "Promoted trial #" in night.stdout and "--on-promote: " in night.stderr
-    assert not re.search(r"=\d+\.\d{5,}", night.stderr), (
-        night.stderr
-    )  # night lines print 4 figures, not raw floats
-    committed = yaml.safe_load((repo / "vllm.yaml").read_text())
-    assert committed == yaml.safe_load((tmp_path / "prod" / "best.yaml").read_text())
-    assert committed["block-size"] == 64
-    log = subprocess.run(
-        ["git", "-C", str(repo), "log", "--format=%s"], capture_output=True, text=True
-    ).stdout
-    assert log.startswith("night 1: ttft_p50 ")
-
-    failing = _night(tmp_path, "other", "echo cannot reach the cluster >&2; exit 9", mark)
-    assert failing.returncode == 9, (failing.stdout, failing.stderr)  # the hook's own code
-    assert "the export" in failing.stderr and "is kept" in failing.stderr
+    night = _night(tmp_path, "other", "echo cannot reach the cluster >&2; exit 9", mark)
+    assert night.returncode == 9, (night.stdout, night.stderr)  # the hook's own code (was 7)
+    assert "exited with code 9" in night.stderr
+    assert "the export" in night.stderr and "is kept" in night.stderr
     assert yaml.safe_load((tmp_path / "other" / "best.yaml").read_text())["block-size"] == 64
     assert not wait_no_processes(mark, timeout=15)
 

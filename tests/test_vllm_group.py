@@ -1,0 +1,37 @@
+"""``make test`` runs two pytest-xdist workers and keeps the tests that start real vLLM on one of
+them (tests/conftest.py): the controller finds them by ``starts_vllm``, from node ids alone. Every
+test pytest selects with ``-m vllm`` must be found, and no other."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from tests.conftest import REPO, starts_vllm
+
+
+def _collected(*marker: str) -> set[str]:
+    res = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *marker, "tests"],
+        cwd=REPO, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    return {line for line in res.stdout.splitlines() if "::" in line}
+
+
+def test_the_real_vllm_group_is_exactly_the_tests_marked_vllm() -> None:
+    marked, others = _collected("-m", "vllm"), _collected("-m", "not vllm")
+    assert len(marked) >= 20 and len(others) >= 500  # the suite as it stands: ~40 and ~950
+    assert {n for n in marked if not starts_vllm(n)} == set()
+    assert {n for n in others if starts_vllm(n)} == set()
+
+
+def test_a_parametrized_or_module_marked_node_id_is_read_through_its_function() -> None:
+    assert starts_vllm("tests/e2e/test_nightly.py::test_two_real_nights_on_the_cpu_build")  # its own mark
+    assert starts_vllm(
+        "tests/integration/test_workers_vllm.py::test_two_workers_on_real_vllm_share_one_study"
+    )
+    assert not starts_vllm("tests/e2e/test_nightly.py::test_the_night_respects_its_budget")
+    assert starts_vllm(  # the module's pytestmark, a parametrized id
+        "tests/integration/test_kv_estimate_vs_vllm.py::test_explicit_kv_bytes_match_vllm_exactly[64M-x]"
+    )
