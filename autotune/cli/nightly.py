@@ -61,10 +61,10 @@ def nightly(spec: StudySpec) -> None:
     out.print(record.summary(), soft_wrap=True)
     if record.decision == "promoted" and spec.on_promote:
         _deliver(spec, record, options.out)  # after the atomic export; its failure never loses it
+    if record.regression:  # the alarm first: a deployed config that no longer runs is a regression too
+        raise typer.Exit(EXIT_REGRESSION)
     if record.decision == "nothing_feasible":
         raise typer.Exit(EXIT_NOTHING_FEASIBLE)
-    if record.regression:
-        raise typer.Exit(EXIT_REGRESSION)
 
 
 @app.command("history")

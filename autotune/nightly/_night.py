@@ -38,6 +38,7 @@ from autotune.tuning import TuningSetup, study_hooks
 __all__ = ["NightOptions", "run_night"]
 
 log = logging.getLogger(__name__)
+IDLE_STOP = 20  # candidates in a row that start no engine (refused before launch, vetoed) end the search
 
 
 def _search(n: _Night) -> str:
@@ -66,6 +67,7 @@ def _search(n: _Night) -> str:
                 f"searching from the incumbent and from the prior's {len(added)} pick(s) for the new workload"
             )
     repeats = {"n": 0}  # a small space runs out: configurations the sampler proposes again
+    idle: list[str] = []  # why the candidates since the last engine start did not start one
 
     def on_trial(rep: TrialReport) -> None:
         if rep.record.duplicate_of is None:
@@ -73,12 +75,17 @@ def _search(n: _Night) -> str:
             repeats["n"] = 0
         else:
             repeats["n"] += 1
+        started = rep.record.duplicate_of is not None or rep.record.startup_s is not None
+        idle[:] = [] if started else [*idle, rep.record.reason or rep.record.status.value]
         shown = "-" if rep.value is None else f"{rep.value:.4g}"
         n.say(f"  trial #{rep.number}: {rep.record.status.value} {n.metric}={shown}")
 
     def should_stop() -> bool:
         if repeats["n"] >= 5:
             log.info("night %d: the sampler proposed measured configurations 5 times in a row", n.number)
+            return True
+        if len(idle) >= IDLE_STOP:  # e.g. fixed flags that leave no room: every candidate refused at once
+            n.say(f"stopped the search: the last {IDLE_STOP} candidates could not start an engine ({idle[-1]})")
             return True
         return not n.clock.can_start(1, reserve)
 
