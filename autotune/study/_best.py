@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import optuna
 
 from autotune.study._record import constraints_hold, read_record
@@ -13,10 +15,15 @@ def completed_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
     return study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
 
 
-def best_feasible(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
+def best_feasible(
+    study: optuna.Study, where: Callable[[optuna.trial.FrozenTrial], bool] | None = None
+) -> optuna.trial.FrozenTrial | None:
+    """The best feasible measured trial (of those ``where`` accepts)."""
     best: optuna.trial.FrozenTrial | None = None
     sign = 1.0 if study.direction == optuna.study.StudyDirection.MINIMIZE else -1.0
     for t in completed_trials(study):
+        if where is not None and not where(t):
+            continue
         rec = read_record(t)
         if t.value is None or not rec.ok or not constraints_hold(rec.constraints or (1.0,)):
             continue

@@ -63,12 +63,15 @@ class MeasuredTwin:
     of the same values (samplers re-propose configurations; a vLLM start is too dear for a repeat)."""
 
     duplicates: bool = True
+    scope: Mapping[str, Any] | None = None  # only twins whose attributes hold these values
 
     def check(self, trial: optuna.Trial, params: Mapping[str, Any]) -> GateVerdict | None:
         if is_baseline(trial):
             twin = baseline_trial(trial.study)
+        elif self.duplicates:
+            twin = measured_twin(trial.study, trial.number, params, self.scope)
         else:
-            twin = measured_twin(trial.study, trial.number, params) if self.duplicates else None
+            twin = None
         if twin is None:
             return None
         log.info(
@@ -81,8 +84,10 @@ class MeasuredTwin:
 class PrunedTwin:
     """An earlier launch of the same values that the pruner stopped (never for the baseline)."""
 
+    scope: Mapping[str, Any] | None = None  # only twins whose attributes hold these values
+
     def check(self, trial: optuna.Trial, params: Mapping[str, Any]) -> GateVerdict | None:
-        twin = None if is_baseline(trial) else pruned_twin(trial.study, trial.number, params)
+        twin = None if is_baseline(trial) else pruned_twin(trial.study, trial.number, params, self.scope)
         if twin is None:
             return None
         log.info(
@@ -125,12 +130,17 @@ class PriorVeto:
         return GateVerdict(record=TrialRecord(status=TrialStatus.INFEASIBLE, failure="prior", reason=why))
 
 
-def standard_gates(*, reuse_duplicates: bool = True, veto: Veto | None = None) -> Sequence[Gate]:
+def standard_gates(
+    *, reuse_duplicates: bool = True, veto: Veto | None = None, scope: Mapping[str, Any] | None = None
+) -> Sequence[Gate]:
     """The gates of every study, in the order they are asked. ``reuse_duplicates=False`` (a night
-    whose workload or engine changed) measures again what earlier trials measured."""
-    gates: list[Gate] = [MeasuredTwin(duplicates=reuse_duplicates)]
+    whose workload or engine changed) measures again what earlier trials measured, except twins
+    within ``scope`` (that night's own trials: the series on the CPU build launched one config 4 times)."""
+    if scope:
+        reuse_duplicates = True
+    gates: list[Gate] = [MeasuredTwin(duplicates=reuse_duplicates, scope=scope)]
     if reuse_duplicates:
-        gates.append(PrunedTwin())
+        gates.append(PrunedTwin(scope=scope))
     gates.append(RefusedValues())
     if veto is not None:
         gates.append(PriorVeto(veto))

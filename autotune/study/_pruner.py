@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import optuna
 
@@ -35,6 +36,9 @@ class IncumbentPruner(optuna.pruners.BasePruner):
     floor: float = 0.25  # never prune within 25% of the incumbent
     k: float = 3.0  # ... nor within k x the measured pass-to-pass relative spread
     min_step: int = 2  # not before half of the first pass
+    # only trials whose attributes hold these values are incumbents and noise samples (a night after
+    # the workload or the fixed flags changed: its own trials, not figures of what was measured before)
+    scope: dict[str, Any] | None = None
 
     last_reason: str | None = None  # why the last ``prune`` said yes
 
@@ -102,7 +106,7 @@ class IncumbentPruner(optuna.pruners.BasePruner):
         (a reused measurement is its original's passes again, and is not counted twice)."""
         squares: list[float] = []
         for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
-            if not t.user_attrs.get("passes"):
+            if not t.user_attrs.get("passes") or not self._in_scope(t):
                 continue
             rec = read_record(t)
             if rec.duplicate_of is not None:
@@ -122,7 +126,10 @@ class IncumbentPruner(optuna.pruners.BasePruner):
         return f"pass {p + 1}, {q + 1}/{self.checkpoints} of its requests"
 
     def _incumbent(self, study: optuna.Study) -> optuna.trial.FrozenTrial | None:
-        return best_feasible(study)
+        return best_feasible(study, self._in_scope if self.scope else None)
+
+    def _in_scope(self, trial: optuna.trial.FrozenTrial) -> bool:
+        return not self.scope or all(trial.user_attrs.get(k) == v for k, v in self.scope.items())
 
     @staticmethod
     def _intermediates(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> dict[int, float]:

@@ -36,12 +36,16 @@ def _twin(
     return None
 
 
+def _in(scope: Mapping[str, Any] | None) -> Callable[[optuna.trial.FrozenTrial], bool]:
+    return lambda t: not scope or all(t.user_attrs.get(k) == v for k, v in scope.items())
+
+
 def measured_twin(
-    study: optuna.Study, number: int, values: Mapping[str, Any]
+    study: optuna.Study, number: int, values: Mapping[str, Any], scope: Mapping[str, Any] | None = None
 ) -> optuna.trial.FrozenTrial | None:
-    """An earlier finished trial of this configuration: samplers re-propose configurations, and a
-    vLLM start is too dear to spend on a repeat."""
-    return _twin(study, number, values, _State.COMPLETE)
+    """An earlier finished trial of this configuration (whose attributes hold ``scope``): samplers
+    re-propose configurations, and a vLLM start is too dear to spend on a repeat."""
+    return _twin(study, number, values, _State.COMPLETE, _in(scope))
 
 
 def _launched_and_pruned(t: optuna.trial.FrozenTrial) -> bool:
@@ -50,12 +54,13 @@ def _launched_and_pruned(t: optuna.trial.FrozenTrial) -> bool:
 
 
 def pruned_twin(
-    study: optuna.Study, number: int, values: Mapping[str, Any]
+    study: optuna.Study, number: int, values: Mapping[str, Any], scope: Mapping[str, Any] | None = None
 ) -> optuna.trial.FrozenTrial | None:
     """An earlier launch of this configuration that the pruner stopped (worse than the incumbent
     beyond the measured noise): relaunching it is a vLLM start spent on a known loser (on the H200,
     5 of 19 launches in two studies, 22% of their GPU time, and none of the five did better)."""
-    return _twin(study, number, values, _State.PRUNED, _launched_and_pruned)
+    inside = _in(scope)
+    return _twin(study, number, values, _State.PRUNED, lambda t: _launched_and_pruned(t) and inside(t))
 
 
 def reuse_measurement(trial: optuna.Trial, twin: optuna.trial.FrozenTrial, is_baseline: bool) -> float:

@@ -222,16 +222,20 @@ def run_study(
     gates: Sequence[Gate] | None = None,
     recheck_baseline: Callable[[], Mapping[str, Any] | None] | None = None,
     overlap: bool = False,
+    twin_scope: Mapping[str, Any] | None = None,
 ) -> optuna.Study:
     """:class:`StudyRunner` as one call (the callers' keyword arguments). ``veto``: why a
     configuration is not worth launching (None: launch it); ``reuse_duplicates=False`` measures
     again what earlier trials measured; ``gates`` replaces the standard ones (both then ignored);
-    ``overlap``: overlapped starts (:mod:`autotune.study._lookahead`)."""
+    ``overlap``: overlapped starts (:mod:`autotune.study._lookahead`); ``twin_scope``: with
+    ``reuse_duplicates=False``, twins whose attributes hold these values are still reused."""
     measure = TrialMeasure(
         space=space,
         evaluator=evaluator,
         objective=objective,
-        gates=gates if gates is not None else standard_gates(reuse_duplicates=reuse_duplicates, veto=veto),
+        gates=gates
+        if gates is not None
+        else standard_gates(reuse_duplicates=reuse_duplicates, veto=veto, scope=twin_scope),
         pruner=pruner,
         predict=predict,
         journal=journal,

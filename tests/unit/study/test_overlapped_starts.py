@@ -3,6 +3,8 @@ its engine started ahead; a trial asked ahead that does not run goes back to WAI
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import optuna
 import pytest
 
@@ -15,9 +17,14 @@ from autotune.study import (
     load_or_create,
     run_study,
 )
-from tests.unit.study.test_study_runner import SPACE, FakeEvaluator, storage_url  # noqa: F401
+from tests.unit.study.test_study_runner import SPACE, FakeEvaluator
 
 _State = optuna.trial.TrialState
+
+
+@pytest.fixture
+def storage_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'study.db'}"
 
 
 class AheadEvaluator(FakeEvaluator):
@@ -60,7 +67,7 @@ def test_the_evaluator_of_real_vllm_is_a_prestarter() -> None:
 
 def test_each_next_engine_starts_while_the_current_trial_runs_and_its_trial_takes_it(
     storage_url: str,
-) -> None:  # noqa: F811
+) -> None:
     objective = Objective()
     study = load_or_create(storage_url, "s", objective, seed=0)
     ev = AheadEvaluator()
@@ -78,7 +85,7 @@ def test_each_next_engine_starts_while_the_current_trial_runs_and_its_trial_take
     assert ev.discarded == 0
 
 
-def test_without_overlap_nothing_starts_ahead(storage_url: str) -> None:  # noqa: F811
+def test_without_overlap_nothing_starts_ahead(storage_url: str) -> None:
     objective = Objective()
     study = load_or_create(storage_url, "s", objective, seed=0)
     ev = AheadEvaluator()
@@ -88,7 +95,7 @@ def test_without_overlap_nothing_starts_ahead(storage_url: str) -> None:  # noqa
 
 def test_a_trial_asked_ahead_that_does_not_run_waits_for_the_next_run_with_its_values(
     storage_url: str,
-) -> None:  # noqa: F811
+) -> None:
     objective = Objective()
     study = load_or_create(storage_url, "s", objective, seed=0)
     ev = AheadEvaluator()
@@ -111,7 +118,7 @@ def test_a_trial_asked_ahead_that_does_not_run_waits_for_the_next_run_with_its_v
     assert study.trials[2].state is _State.COMPLETE and study.trials[2].params == asked
 
 
-def test_a_refused_early_start_leaves_the_trial_to_start_at_its_turn(storage_url: str) -> None:  # noqa: F811
+def test_a_refused_early_start_leaves_the_trial_to_start_at_its_turn(storage_url: str) -> None:
     objective = Objective()
     study = load_or_create(storage_url, "s", objective, seed=0)
     ev = AheadEvaluator(refuse="GPU 0 has 3.0 GiB free beside the running engine")
@@ -120,7 +127,7 @@ def test_a_refused_early_start_leaves_the_trial_to_start_at_its_turn(storage_url
     assert [t.state for t in study.get_trials()] == [_State.COMPLETE] * 3
 
 
-def test_a_gated_next_trial_is_not_started_ahead(storage_url: str) -> None:  # noqa: F811
+def test_a_gated_next_trial_is_not_started_ahead(storage_url: str) -> None:
     objective = Objective()
     study = load_or_create(storage_url, "s", objective, seed=0)
     run_study(study=study, space=SPACE, evaluator=FakeEvaluator(), objective=objective, n_trials=1)
@@ -138,7 +145,7 @@ def test_a_gated_next_trial_is_not_started_ahead(storage_url: str) -> None:  # n
 
 
 @pytest.mark.parametrize("n", [1])
-def test_a_single_trial_run_asks_nothing_ahead(storage_url: str, n: int) -> None:  # noqa: F811
+def test_a_single_trial_run_asks_nothing_ahead(storage_url: str, n: int) -> None:
     objective = Objective()
     study = load_or_create(storage_url, "s", objective, seed=0)
     ev = AheadEvaluator()

@@ -16,8 +16,10 @@ def _study() -> optuna.Study:
 
 
 def _complete(study: optuna.Study, final: float, steps: dict[int, float], *, passes: list[float] | None = None,
-              baseline: bool = False, duplicate_of: int | None = None) -> None:  # fmt: skip
+              baseline: bool = False, duplicate_of: int | None = None, attrs: dict | None = None) -> None:  # fmt: skip
     t = study.ask()
+    for key, value in (attrs or {}).items():
+        t.set_user_attr(key, value)
     for step, v in steps.items():
         t.report(v, step)
     rec = TrialRecord(
