@@ -290,10 +290,11 @@ class RealNights:
     nights: tuple[subprocess.CompletedProcess[str], ...]
 
 
-# The deployed config of night 1 (--incumbent): 64-token scheduler steps, so a prompt's prefill
-# takes several steps and requests queue behind them; the search's one candidate is vLLM's default
-# step (2048). On the CPU build (2 cores, beside the other xdist worker) p50 TTFT 93-145 -> 28-59 ms.
-REAL_NIGHT_INCUMBENT = "max-num-batched-tokens: 64\nmax-num-seqs: 32\n"
+# The deployed config of night 1 (--incumbent): 16-token scheduler steps, so a prompt's prefill
+# takes tens of steps and requests queue behind them; the search's one candidate is vLLM's default
+# step (2048). With 64-token steps the gap was within the CPU build's noise on a quiet machine
+# (p50 TTFT 51 ms against 36-55 ms for the defaults' command).
+REAL_NIGHT_INCUMBENT = "max-num-batched-tokens: 16\nmax-num-seqs: 16\n"
 REAL_NIGHT_SPACE = """name: night
 platform: cpu
 parameters:
@@ -312,10 +313,12 @@ def real_nights(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> R
     a search of the baseline and one candidate, the candidate confirmed against the incumbent and
     promoted (a 10% floor), its export committed into a local Git repository by ``--on-promote``.
     Night 2, nothing changed: the last promoted config is the incumbent, re-measured against the
-    baseline; the search re-uses its measurements (no start); no regression at a 200% floor: one run
+    baseline; the search re-uses its measurements (no start); no regression at a 400% floor: one run
     per arm has no measured band, and beside the other pytest-xdist worker the same command measured
-    p50 TTFT 28-59 ms within one night (vs 93-145 ms for the throttled incumbent; at a 50% floor a
-    serial CI run once flagged +54%). 8 vLLM starts in all; no engine outlives a night."""
+    p50 TTFT 28-87 ms within one night (vs 93-254 ms for the throttled incumbent; at a 50% floor a
+    serial CI run once flagged +54%). No pruning: beside the benchmark tests a run of vLLM's defaults
+    once measured 2.4x the baseline's and was pruned, so nothing was promoted. Flagging a real
+    regression is tested on the fake server. 8 vLLM starts in all; no engine outlives a night."""
     root = tmp_path_factory.mktemp("real_nights")
     value = uuid.uuid4().hex
     gitops = root / "gitops"
@@ -327,6 +330,7 @@ def real_nights(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> R
         "--model", str(tiny_model), "--studies-dir", str(root / "studies"), "--no-check-args",
         "--space", str(root / "space.yaml"), "--speed", "3", "--rounds", "1", "--passes", "1",
         "--max-trials", "2", "--budget", "12m", "--objective", "ttft_p50", "--out", str(root / "best.yaml"),
+        "--no-prune",
         "--on-promote", GIT_COMMIT_HOOK.format(repo=gitops), "--engine-arg=--enforce-eager",
         "--engine-arg=--max-model-len=2048", "--engine-arg=--kv-cache-memory-bytes=20M",
     ]  # fmt: skip
@@ -334,7 +338,7 @@ def real_nights(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> R
     runs = []
     for extra in (
         ["--incumbent", str(root / "incumbent.yaml"), "--min-improvement", "0.1"],
-        ["--min-improvement", "2.0"],
+        ["--min-improvement", "4.0"],
     ):
         try:
             runs.append(
