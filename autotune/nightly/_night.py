@@ -77,14 +77,14 @@ def _search(n: _Night) -> str:
             repeats["n"] = 0
         else:
             repeats["n"] += 1
-        started = rep.record.duplicate_of is not None or rep.record.startup_s is not None
+        started = rep.record.startup_s is not None  # a reused twin: whether the twin started one
         idle[:] = [] if started else [*idle, rep.record.reason or rep.record.status.value]
         shown = "-" if rep.value is None else f"{rep.value:.4g}"
         n.say(f"  trial #{rep.number}: {rep.record.status.value} {n.metric}={shown}")
 
     def should_stop() -> bool:
         if repeats["n"] >= 5:
-            log.info("night %d: the sampler proposed measured configurations 5 times in a row", n.number)
+            n.say("stopped the search: the sampler proposed already measured configurations 5 times in a row")
             return True
         if len(idle) >= IDLE_STOP:  # e.g. fixed flags that leave no room: every candidate refused at once
             n.say(
