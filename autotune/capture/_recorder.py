@@ -18,6 +18,7 @@ import multiprocessing
 import os
 import queue
 import signal
+import threading
 from dataclasses import dataclass
 from multiprocessing.queues import Queue
 from pathlib import Path
@@ -184,7 +185,16 @@ class TrafficRecorder:
         self._process = ctx.Process(
             target=_writer_main, args=(config, self._queue), daemon=True, name="capture-writer"
         )
-        self._process.start()
+        # started with SIGINT and SIGTERM ignored (kept across exec): a signal to the process group in
+        # the seconds the new interpreter spends importing, before _writer_main ignores them itself,
+        # would kill it with the queue unwritten (a CI run lost both records of a test that way)
+        main = threading.current_thread() is threading.main_thread()  # signal.signal's rule
+        saved = [(sig, signal.signal(sig, signal.SIG_IGN)) for sig in (signal.SIGINT, signal.SIGTERM) if main]
+        try:
+            self._process.start()
+        finally:
+            for sig, handler in saved:
+                signal.signal(sig, handler)
         self.dropped = 0
 
     def submit(self, req: CapturedRequest) -> None:
