@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import optuna
 
@@ -37,7 +37,6 @@ class Lookahead:
     ask: Callable[[], optuna.Trial]
     wanted: Callable[[], bool]
     trial: optuna.Trial | None = None
-    started: list[int] = field(default_factory=list)  # numbers whose engine started ahead
 
     def on_engine_up(self, current: optuna.Trial) -> None:
         evaluator = self.measure.evaluator
@@ -57,7 +56,6 @@ class Lookahead:
             return  # a gate stands in for its launch
         why = evaluator.prestart(trial.number, rendered)
         if why is None:
-            self.started.append(trial.number)
             log.info("trial %d: engine started while trial %d replays", trial.number, current.number)
         else:
             log.info("trial %d: not started early: %s", trial.number, why)
