@@ -10,7 +10,10 @@ trap 'rm -rf "$WORK"' EXIT
 .venv/bin/pip wheel -q --no-deps -w "$WORK/dist" . 2>&1 | grep -v -i warning || true
 python3 -m venv "$WORK/venv"
 "$WORK/venv/bin/pip" install -q "$WORK"/dist/vllm_autotune-*.whl 2>&1 | grep -v -i warning || true
-unzip -l "$WORK"/dist/vllm_autotune-*.whl | grep -q "autotune/search_spaces/cpu.yaml"
+# Listed to a file, then searched: `unzip -l | grep -q` under pipefail fails with SIGPIPE (141)
+# whenever grep finds the name before unzip has written the whole listing.
+unzip -Z1 "$WORK"/dist/vllm_autotune-*.whl > "$WORK/wheel-files.txt"
+grep -qx "autotune/search_spaces/cpu.yaml" "$WORK/wheel-files.txt"
 .venv/bin/autotune tiny-model "$WORK/model" >/dev/null
 cd "$WORK"  # not the checkout: nothing may come from it
 "$WORK/venv/bin/autotune" run --workload "$REPO/examples/rag.jsonl" --model "$WORK/model" --profile cpu \
