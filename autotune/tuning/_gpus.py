@@ -234,7 +234,8 @@ def for_gpus(
     """``setup`` as one worker measures with it: its engine sees only ``group``'s GPUs (or is bound to
     its CPU cores) and carries ``lease``'s token; its memory guard watches those GPUs only.
 
-    The argument checker is shared with ``setup``, which closes it (close ``setup``, not this)."""
+    The argument checker is shared with ``setup`` (one holder, copied by reference), which closes it
+    (close ``setup``, not this)."""
     env = dict(setup.launch.env)
     if group.gpus:
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # CUDA's numbers = NVML's = nvidia-smi's
@@ -248,7 +249,6 @@ def for_gpus(
         guard = dataclasses.replace(guard, probe=probe)
     if guard is not None and group.gpus:
         guard = guard.for_gpus(group.gpus)
-    setup.checker()  # started once, here, so that both setups hold the same one
     return dataclasses.replace(setup, launch=dataclasses.replace(setup.launch, env=env), guard=guard)
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -69,18 +70,21 @@ class _CheckerCache:
     setup and shared by all of them: started at most once, closed once, by :func:`build_setup`'s exit.
     The one mutable part of a setup, held by reference so that its copies share it."""
 
-    __slots__ = ("_checker",)
+    __slots__ = ("_checker", "_lock")
 
     def __init__(self) -> None:
         self._checker: ArgChecker | None = None
+        self._lock = threading.Lock()  # workers' threads may ask for it at once: one start
 
     def get(self, start: Callable[[], ArgChecker]) -> ArgChecker:
-        if self._checker is None:
-            self._checker = start()
-        return self._checker
+        with self._lock:
+            if self._checker is None:
+                self._checker = start()
+            return self._checker
 
     def close(self) -> None:
-        checker, self._checker = self._checker, None
+        with self._lock:
+            checker, self._checker = self._checker, None
         if checker is not None:
             checker.close()
 
