@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import psutil
 import pytest
@@ -122,12 +122,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.skip(reason="AUTOTUNE_SKIP_VLLM=1"))
 
 
-def starts_vllm(nodeid: str) -> bool:
-    """Does the test ``nodeid`` carry the ``vllm`` mark (its own, its class's or its module's)?
-    Read from the imported test module, as pytest-xdist's controller sees only node ids."""
+def _marks(nodeid: str) -> list[Any]:
+    """The marks of the test ``nodeid`` (its own, its class's and its module's), read from the
+    imported test module, as pytest-xdist's controller sees only node ids."""
     path, _, rest = nodeid.partition("::")
     module = importlib.import_module(path.removesuffix(".py").replace("/", "."))
-    marks = [module]
+    marks: list[object] = [module]
     obj: object = module
     for name in rest.partition("[")[0].split("::") if rest else ():
         obj = getattr(obj, name, None)
@@ -136,17 +136,39 @@ def starts_vllm(nodeid: str) -> bool:
     for owner in marks:
         own = getattr(owner, "pytestmark", [])
         found += own if isinstance(own, list) else [own]
-    return any(getattr(m, "name", None) == "vllm" for m in found)
+    # a MarkDecorator (``pytestmark = pytest.mark.x``) holds its Mark
+    return [getattr(m, "mark", m) for m in found]
+
+
+def starts_vllm(nodeid: str) -> bool:
+    """Does the test ``nodeid`` carry the ``vllm`` mark?"""
+    return vllm_group(nodeid) is not None
+
+
+VLLM_GROUPS = ("vllm", "vllm-alongside")
+
+
+def vllm_group(nodeid: str) -> str | None:
+    """The real-vLLM group of ``nodeid``: ``vllm`` for the tests whose assertions rest on measured
+    figures (or on the session fixtures ``real_study`` and ``real_nights``), ``vllm-alongside`` for
+    those marked ``vllm(alongside=True)`` (their assertions are about what an engine does, not
+    how fast: they may run beside one other engine); None for a test that starts no vLLM."""
+    found = [m for m in _marks(nodeid) if m.name == "vllm"]
+    if not found:
+        return None
+    return VLLM_GROUPS[1] if any(m.kwargs.get("alongside") for m in found) else VLLM_GROUPS[0]
 
 
 if importlib.util.find_spec("xdist") is not None:
 
     def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
         """Under ``--dist loadgroup`` (``make test``: ``-n 2``) the tests that start real vLLM are
-        one group, run one after another by one worker: never two CPU-build engines of two tests at
-        once on a 2-core machine (their timings would interfere), and the session fixtures
-        ``real_study`` and ``real_nights`` run once. (pytest-xdist 3.8 cannot name the group of a
-        pytest 9 item itself: it sets ``item._nodeid``, which pytest 9 no longer reads.)"""
+        two groups (:func:`vllm_group`), each run one test after another by one worker, the two
+        groups on two workers, each from the worker's start: at most two CPU-build engines of two
+        tests at once on a 2-core machine, one of them never a measuring test's neighbour of its
+        own kind, and the session fixtures ``real_study`` and ``real_nights`` built once.
+        (pytest-xdist 3.8 cannot name the group of a pytest 9 item itself: it sets
+        ``item._nodeid``, which pytest 9 no longer reads.)"""
         from xdist.scheduler import LoadGroupScheduling
 
         if config.getvalue("dist") != "loadgroup":
@@ -154,9 +176,20 @@ if importlib.util.find_spec("xdist") is not None:
 
         class VllmTestsApart(LoadGroupScheduling):
             def _split_scope(self, nodeid: str) -> str:
-                return "vllm" if starts_vllm(nodeid) else super()._split_scope(nodeid)
+                return vllm_group(nodeid) or super()._split_scope(nodeid)
 
-        return VllmTestsApart(config, log)  # type: ignore[arg-type]
+            def _assign_work_unit(self, node: Any) -> None:
+                # the longest work first, one vLLM group per worker: a worker that has none yet
+                # takes the next one still queued before anything else
+                given = self.assigned_work.get(node, {})
+                if not any(g in given for g in VLLM_GROUPS):
+                    for group in VLLM_GROUPS:
+                        if group in self.workqueue:
+                            self.workqueue.move_to_end(group, last=False)
+                            break
+                super()._assign_work_unit(node)
+
+        return VllmTestsApart(config, log)
 
 
 @dataclass(frozen=True)
@@ -290,11 +323,13 @@ class RealNights:
     nights: tuple[subprocess.CompletedProcess[str], ...]
 
 
-# The deployed config of night 1 (--incumbent): 16-token scheduler steps, so a prompt's prefill
-# takes tens of steps and requests queue behind them; the search's one candidate is vLLM's default
-# step (2048). With 64-token steps the gap was within the CPU build's noise on a quiet machine
-# (p50 TTFT 51 ms against 36-55 ms for the defaults' command).
-REAL_NIGHT_INCUMBENT = "max-num-batched-tokens: 16\nmax-num-seqs: 16\n"
+# The deployed config of night 1 (--incumbent): prefix caching off and 16-token scheduler steps, so
+# every request prefills its whole prompt (~640 tokens) 16 tokens a step and requests queue behind
+# each other; the search's one candidate is vLLM's default step (2048) with prefix caching on (85% of
+# the RAG example's prompt tokens are shared). With 16-token steps alone the gap was within the CPU
+# build's noise beside another engine (p50 TTFT 28 ms for the throttled command, 56 ms for the
+# candidate, in one night of a run with the real-vLLM tests in two groups).
+REAL_NIGHT_INCUMBENT = "enable-prefix-caching: false\nmax-num-batched-tokens: 16\nmax-num-seqs: 16\n"
 REAL_NIGHT_SPACE = """name: night
 platform: cpu
 parameters:

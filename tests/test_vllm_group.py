@@ -1,15 +1,19 @@
-"""``make test`` runs two pytest-xdist workers and keeps the tests that start real vLLM on one of
-them (tests/conftest.py): the controller finds them by ``starts_vllm``, from node ids alone. Every
-test pytest selects with ``-m vllm`` must be found, and no other."""
+"""``make test`` runs two pytest-xdist workers and keeps the tests that start real vLLM in two
+groups, one per worker (tests/conftest.py): the controller finds them by ``starts_vllm``, from node
+ids alone. Every test pytest selects with ``-m vllm`` must be found, and no other."""
 
 from __future__ import annotations
 
+import importlib
+import inspect
 import subprocess
 import sys
+from functools import cache
 
-from tests.conftest import REPO, starts_vllm
+from tests.conftest import REPO, VLLM_GROUPS, starts_vllm, vllm_group
 
 
+@cache
 def _collected(*marker: str) -> set[str]:
     res = subprocess.run(
         [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *marker, "tests"],
@@ -35,3 +39,17 @@ def test_a_parametrized_or_module_marked_node_id_is_read_through_its_function() 
     assert starts_vllm(  # the module's pytestmark, a parametrized id
         "tests/integration/test_kv_estimate_vs_vllm.py::test_explicit_kv_bytes_match_vllm_exactly[64M-x]"
     )
+
+
+def test_the_shared_real_engines_runs_stay_in_the_measuring_group() -> None:
+    """``real_study`` and ``real_nights`` are session fixtures: built once only if every test that
+    reads them runs on one worker, the ``vllm`` group's (the other group runs beside it)."""
+    marked = _collected("-m", "vllm")
+    groups = {n: vllm_group(n) for n in marked}
+    assert set(groups.values()) == set(VLLM_GROUPS)
+    for nodeid, group in groups.items():
+        path, _, name = nodeid.partition("::")
+        module = importlib.import_module(path.removesuffix(".py").replace("/", "."))
+        params = inspect.signature(getattr(module, name.partition("[")[0])).parameters
+        if {"real_study", "real_nights"} & set(params):
+            assert group == "vllm", nodeid

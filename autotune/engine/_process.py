@@ -41,6 +41,7 @@ from autotune.engine._logscan import (
     parse_kv_capacity,
 )
 from autotune.engine._oomkill import oom_kill_count
+from autotune.engine._ports import PortReservation, port_is_free, reserve_port
 from autotune.engine._rundir import EngineRunDir, attributed_files, read_ledger
 from autotune.engine._shm import (
     DEFAULT_ENGINE_SHM_PATTERNS,
@@ -59,19 +60,10 @@ log = logging.getLogger(__name__)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
+    """A free port now, reserved by nobody (benchmark servers); engines reserve theirs."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
-
-
-def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, port))
-        except OSError:
-            return False
-        return True
 
 
 def safe_python_env(env: Mapping[str, str]) -> dict[str, str]:
@@ -136,7 +128,9 @@ class EngineProcess:
         self.spec = spec
         self.rendered = rendered
         self.log_path = Path(log_path)
-        self.port = port or free_port(spec.host)
+        reservation = None if port else reserve_port(spec.host)
+        self._reservation = reservation  # held until stop(): no other engine of ours is given it
+        self.port = reservation.port if reservation is not None else int(port or 0)
         self.argv = build_argv(spec, rendered, self.port)
         self.startup_stop_grace_s = startup_stop_grace_s
         self.shm_patterns = (*DEFAULT_ENGINE_SHM_PATTERNS, *shm_patterns)
@@ -206,7 +200,7 @@ class EngineProcess:
                 if code is not None:
                     self._fail_start(code, timed_out=False)
                 try:
-                    if client.get(self.base_url + "/health").status_code == 200:
+                    if client.get(self.base_url + "/health").status_code == 200 and self._serves_port():
                         self.ready_at = time.monotonic()
                         self.startup_s = self.ready_at - self.started_at
                         return
@@ -215,6 +209,27 @@ class EngineProcess:
                 if time.monotonic() > deadline:
                     self._fail_start(None, timed_out=True)
                 time.sleep(poll_s)
+
+    def _serves_port(self) -> bool:
+        """Is the server that answered ours? A process of its group listens on the port (False:
+        another server answers there, and ours has not bound it yet). True when that cannot be read."""
+        listening = psutil.CONN_LISTEN
+        try:
+            for p in self._group_members():
+                for c in p.net_connections(kind="tcp"):
+                    if c.status == listening and c.laddr and c.laddr.port == self.port:
+                        return True
+        except (psutil.AccessDenied, psutil.ZombieProcess):
+            return True
+        except psutil.Error:
+            return False
+        return False
+
+    def _release_port(self) -> None:
+        reservation: PortReservation | None = self._reservation
+        self._reservation = None
+        if reservation is not None:
+            reservation.release()
 
     def _fail_start(self, code: int | None, *, timed_out: bool) -> None:
         self.stop()
@@ -270,6 +285,7 @@ class EngineProcess:
         be finishing requests) and ``startup_stop_grace_s`` for one still starting up.
         """
         if self._proc is None or self._pgid is None:
+            self._release_port()
             return
         members = self._group_members()
         self._record_shm([p.pid for p in members])
@@ -299,6 +315,7 @@ class EngineProcess:
         deadline = time.monotonic() + 15
         while not port_is_free(self.port, self.spec.host) and time.monotonic() < deadline:
             time.sleep(0.2)
+        self._release_port()
         if self._proc.stdin is not None:
             with contextlib.suppress(OSError):
                 self._proc.stdin.close()

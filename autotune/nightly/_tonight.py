@@ -167,7 +167,8 @@ def begin_night(
 
 def remeasure(n: _Night) -> None:
     """The incumbent and the baseline, alternately (one arm when they are the same command). A
-    study whose baseline never ran measures it as its trial #0, which is then round 1."""
+    study whose baseline never ran measures it as its trial #0, which is then the baseline's round 1
+    (the search re-uses it: one start fewer on a first night)."""
     arms = (
         [(n.inc_label, n.inc_config)]
         if n.one_arm
@@ -176,24 +177,30 @@ def remeasure(n: _Night) -> None:
     n.say(f"night {n.number}: re-measuring {' and '.join(a for a, _ in arms)}, {n.plan.rounds} round(s)")
     records: dict[str, list[TrialRecord]] = {name: [] for name, _ in arms}
     evaluator = n.setup.evaluator(n.sdir / f"night-{n.number:04d}" / "remeasure")
-    start = 0
-    if n.one_arm and baseline_trial(n.study) is None:
+    first: dict[str, TrialRecord] = {}  # round 1's run of the baseline's arm, when it is trial #0
+    if baseline_trial(n.study) is None:
         rec = _baseline_as_trial(n)
-        if rec is not None:
-            records[n.inc_label].append(rec)
-            n.on_run("re-measurement", n.inc_label, 0, rec)
-            start = 1
+        # the baseline's arm, or the one arm; only if it ran that arm's command (a re-check at its
+        # launch may have switched vLLM's defaults to a reference that fits the machine as it is now)
+        ran = RenderedConfig(rec.rendered_args, rec.rendered_env) if rec is not None else None
+        if rec is not None and ran is not None and rec.baseline and _same(ran, arms[0][1]):
+            first[arms[0][0]] = rec
+        elif rec is not None:
+            n.clock.note(rec)  # its cost counts; the arm's round 1 runs as planned
     after = MIN_CANDIDATES + n.plan.promotion_runs if n.plan.search else 0
     k = 0
-    for r in range(start, n.plan.asked_rounds):
+    for r in range(n.plan.asked_rounds):
         if r > 0 and not n.clock.can_start(len(arms), after):
             n.say(f"  round {r + 1} of the re-measurement left out: the budget would not hold what follows")
             break
         if r >= n.plan.rounds:
             n.say(f"  round {r + 1} too: tonight's runs cost {n.clock.per_run():.0f} s, less than planned")
         for name, config in arms:
-            rec = evaluator(k, config)
-            k += 1
+            if r == 0 and name in first:
+                rec = first[name]
+            else:
+                rec = evaluator(k, config)
+                k += 1
             records[name].append(rec)
             n.on_run("re-measurement", name, r, rec)
     prior_bands = [p.noise_band for p in nights(n.study) if p.noise_band]

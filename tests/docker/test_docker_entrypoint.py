@@ -276,7 +276,7 @@ def test_sigterm_to_the_entrypoint_stops_autotune_and_its_engine(tmp_path: Path,
     assert not wait_no_processes(mark, timeout=15)
 
 
-@pytest.mark.vllm
+@pytest.mark.vllm(alongside=True)
 def test_one_trial_study_through_the_entrypoint_on_real_vllm(
     tmp_path: Path, tiny_model: Path, mark: str
 ) -> None:
@@ -294,7 +294,7 @@ def test_one_trial_study_through_the_entrypoint_on_real_vllm(
             AUTOTUNE_ENGINE_ARGS="--enforce-eager --max-model-len=2048 --kv-cache-memory-bytes=64M",
             AUTOTUNE_API_KEY_ENV="VLLM_API_KEY",
             VLLM_API_KEY_FILE=str(tmp_path / "key"),
-            AUTOTUNE_EXTRA_ARGS="--confirm-rounds 0 --speed 3",
+            AUTOTUNE_EXTRA_ARGS="--confirm-rounds 0 --speed 3 --passes 1",
             AUTOTUNE_BIN=str(AUTOTUNE),
             **{MARK_ENV: mark},
         ),

@@ -236,7 +236,7 @@ def test_ctrl_c_during_fake_measurement_leaves_no_engine(tmp_path: Path, mark: s
     assert not wait_no_processes(mark, timeout=15)
 
 
-@pytest.mark.vllm
+@pytest.mark.vllm(alongside=True)  # what the engine does, not how fast: beside another engine
 def test_ctrl_c_during_real_vllm_start_leaves_no_vllm_process(
     tmp_path: Path, tiny_model: Path, mark: str
 ) -> None:
@@ -310,7 +310,7 @@ def test_sigkill_of_the_tool_leaves_no_engine_or_engine_child(tmp_path: Path, ma
     assert not left, [p.cmdline() for p in left]
 
 
-@pytest.mark.vllm
+@pytest.mark.vllm(alongside=True)
 def test_sigkill_of_the_tool_leaves_no_vllm_engine_core(tmp_path: Path, tiny_model: Path, mark: str) -> None:
     """Seen before the guardian: the API server died with the tool but VLLM::EngineCore lived on."""
     proc = _autotune(
@@ -324,7 +324,7 @@ def test_sigkill_of_the_tool_leaves_no_vllm_engine_core(tmp_path: Path, tiny_mod
     assert not left, [p.cmdline() for p in left]
 
 
-@pytest.mark.vllm  # vLLM's own argument parser checks every command
+@pytest.mark.vllm(alongside=True)  # vLLM's own argument parser checks every command
 def test_dry_run_prints_checked_commands_and_launches_nothing(tmp_path: Path, mark: str) -> None:
     """The CUDA space on the CPU build: offload is reported unsupported before launch, not a crash;
     every command is checked by the installed vLLM's own parser; nothing starts, nothing is written."""

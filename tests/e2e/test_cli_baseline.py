@@ -195,7 +195,7 @@ def test_compare_passes_the_api_key_exactly_as_a_trial_does(
     assert "sk-test-key-1" not in res.stdout + res.stderr
 
 
-@pytest.mark.vllm
+@pytest.mark.vllm(alongside=True)
 def test_defaults_that_cannot_run_here_get_a_named_reference_as_the_baseline(
     tmp_path: Path, tiny_model: Path, mark: str
 ) -> None:

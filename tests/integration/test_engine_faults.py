@@ -305,7 +305,7 @@ def test_an_engine_imports_nothing_from_the_working_directory(
     assert list(markers.iterdir()) == []
 
 
-@pytest.mark.vllm
+@pytest.mark.vllm(alongside=True)
 def test_real_vllm_from_a_hostile_directory_then_killed_leaves_no_code_run_and_no_shm(
     tmp_path: Path, trap_dir: tuple[Path, Path], mark: str, tiny_model: Path
 ) -> None:

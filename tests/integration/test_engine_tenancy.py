@@ -191,7 +191,7 @@ def test_what_a_killed_tool_and_engine_left_is_removed_by_the_next_study_and_onl
     assert foreign.exists() and not left.exists()
 
 
-@pytest.mark.vllm
+@pytest.mark.vllm(alongside=True)
 def test_real_vllm_keeps_its_sockets_in_its_folder_and_sees_no_secret(
     tmp_path: Path, mark: str, tiny_model: Path, secrets_set: None, private_tmp: Path
 ) -> None:

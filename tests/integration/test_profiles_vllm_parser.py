@@ -26,7 +26,7 @@ from autotune.engine._profiles import ASCEND_CONNECTOR_MODULES
 from autotune.space import SearchSpace, apply_profile, load_search_space, render_values
 from tests.conftest import REPO
 
-pytestmark = pytest.mark.vllm
+pytestmark = pytest.mark.vllm(alongside=True)
 
 FULL = InstalledEngine("vllm", "0.33.0", "0.23.0", ASCEND_CONNECTOR_MODULES[0], "0.3.9")
 MODEL = ["--model", "tiny-model-not-loaded"]

@@ -19,7 +19,7 @@ from autotune.trial import VllmEvaluator
 from autotune.workload import ChatMessage, Workload, WorkloadRequest
 from tests.conftest import MARK_ENV, REAL_FIXED, wait_no_processes
 
-pytestmark = pytest.mark.vllm
+pytestmark = pytest.mark.vllm(alongside=True)
 
 
 def test_real_vllm_refuses_an_empty_prompt_and_the_trial_names_its_line(

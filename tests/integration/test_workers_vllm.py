@@ -21,7 +21,7 @@ from autotune.tuning import (
 )
 from tests.conftest import MARK_ENV, REPO
 
-pytestmark = pytest.mark.vllm
+pytestmark = pytest.mark.vllm(alongside=True)
 
 
 def test_two_workers_on_real_vllm_share_one_study(
