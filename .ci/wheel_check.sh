@@ -9,7 +9,7 @@ WORK=$(mktemp -d /tmp/autotune-wheel.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
 .venv/bin/pip wheel -q --no-deps -w "$WORK/dist" . 2>&1 | grep -v -i warning || true
 python3 -m venv "$WORK/venv"
-"$WORK/venv/bin/pip" install -q "$WORK"/dist/vllm_autotune-*.whl 2>&1 | grep -v -i warning || true
+"$WORK/venv/bin/pip" install -q --no-compile --disable-pip-version-check "$WORK"/dist/vllm_autotune-*.whl 2>&1 | grep -v -i warning || true
 # Listed to a file, then searched: `unzip -l | grep -q` under pipefail fails with SIGPIPE (141)
 # whenever grep finds the name before unzip has written the whole listing.
 unzip -Z1 "$WORK"/dist/vllm_autotune-*.whl > "$WORK/wheel-files.txt"

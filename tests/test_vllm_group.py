@@ -14,17 +14,23 @@ from tests.conftest import REPO, VLLM_GROUPS, starts_vllm, vllm_group
 
 
 @cache
-def _collected(*marker: str) -> set[str]:
+def _collected() -> tuple[frozenset[str], frozenset[str]]:
+    """(the tests pytest sees the ``vllm`` mark on, the others), from one collection."""
     res = subprocess.run(
-        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *marker, "tests"],
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+         "-p", "tests._marks_plugin", "tests"],
         cwd=REPO, capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    return {line for line in res.stdout.splitlines() if "::" in line}
+    rows = [line.split("\t") for line in res.stdout.splitlines() if line.startswith("VLLM-MARK\t")]
+    return (
+        frozenset(n for _, n, m in rows if m == "1"),
+        frozenset(n for _, n, m in rows if m == "0"),
+    )
 
 
 def test_the_real_vllm_group_is_exactly_the_tests_marked_vllm() -> None:
-    marked, others = _collected("-m", "vllm"), _collected("-m", "not vllm")
+    marked, others = _collected()
     assert len(marked) >= 20 and len(others) >= 500  # the suite as it stands: ~40 and ~950
     assert {n for n in marked if not starts_vllm(n)} == set()
     assert {n for n in others if starts_vllm(n)} == set()
@@ -44,7 +50,7 @@ def test_a_parametrized_or_module_marked_node_id_is_read_through_its_function() 
 def test_the_shared_real_engines_runs_stay_in_the_measuring_group() -> None:
     """``real_study`` and ``real_nights`` are session fixtures: built once only if every test that
     reads them runs on one worker, the ``vllm`` group's (the other group runs beside it)."""
-    marked = _collected("-m", "vllm")
+    marked, _ = _collected()
     groups = {n: vllm_group(n) for n in marked}
     assert set(groups.values()) == set(VLLM_GROUPS)
     for nodeid, group in groups.items():
