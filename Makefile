@@ -37,8 +37,8 @@ lint: setup
 	$(BIN)/mypy autotune
 	$(BIN)/lint-imports
 
-# Two pytest-xdist workers: the tests that start real vLLM run one after another on one of them (one
-# xdist group, tests/conftest.py), everything else on both.
+# Two pytest-xdist workers: the tests that start real vLLM are two groups (tests/conftest.py), one per
+# worker, each run one test after another; everything else on both.
 test: lint
 	$(BIN)/python -m pytest -q -rs --durations=40 -n 2 --dist loadgroup
 

@@ -14,7 +14,8 @@ a stale lease, waits for the processes carrying the old token to be gone (killin
 after ``settle_s``).
 
 The directory is per host: ``/tmp/autotune-gpu-leases`` unless ``$AUTOTUNE_GPU_LEASE_DIR`` says
-otherwise (containers that share a host's GPUs must share this directory to see each other).
+otherwise (containers that share a host's GPUs must share this directory to see each other). The
+engines' port reservations (``port-N.lock``, :mod:`autotune.engine._ports`) live there too.
 """
 
 from __future__ import annotations
