@@ -344,8 +344,8 @@ GIT_COMMIT_HOOK = (
 
 @pytest.fixture(scope="session")
 def real_nights(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> RealNights:
-    """Night 1: the throttled deployed config (``--incumbent``) and vLLM's defaults re-measured,
-    a search of the baseline and one candidate, the candidate confirmed against the incumbent and
+    """Night 1: the throttled deployed config (``--incumbent``) and vLLM's defaults re-measured
+    (the defaults' run is the study's trial #0), a search of one candidate, the candidate confirmed against the incumbent and
     promoted (a 10% floor), its export committed into a local Git repository by ``--on-promote``.
     Night 2, nothing changed: the last promoted config is the incumbent, re-measured against the
     baseline; the search re-uses its measurements (no start); no regression at a 400% floor: one run
@@ -353,7 +353,7 @@ def real_nights(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> R
     p50 TTFT 28-87 ms within one night (vs 93-254 ms for the throttled incumbent; at a 50% floor a
     serial CI run once flagged +54%). No pruning: beside the benchmark tests a run of vLLM's defaults
     once measured 2.4x the baseline's and was pruned, so nothing was promoted. Flagging a real
-    regression is tested on the fake server. 8 vLLM starts in all; no engine outlives a night."""
+    regression is tested on the fake server. 7 vLLM starts in all; no engine outlives a night."""
     root = tmp_path_factory.mktemp("real_nights")
     value = uuid.uuid4().hex
     gitops = root / "gitops"

@@ -22,10 +22,18 @@ from pathlib import Path
 
 from autotune.engine._lease import lease_dir
 
-__all__ = ["PortReservation", "port_is_free", "reserve_port"]
+__all__ = ["PortReservation", "free_port", "port_is_free", "reserve_port"]
 
 _LOWEST = 10000  # below this: well-known and registered services' ports
 _TRIES = 64
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A free port now, the kernel's pick, reserved by nobody (benchmark servers; engines reserve
+    theirs with :func:`reserve_port`)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
 
 
 def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
@@ -112,6 +120,4 @@ def reserve_port(host: str = "127.0.0.1", *, directory: Path | None = None) -> P
         if port_is_free(port, host):
             return PortReservation(port, fd, directory / f"port-{port}.lock")
         os.close(fd)
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return PortReservation(int(s.getsockname()[1]), None)
+    return PortReservation(free_port(host), None)

@@ -19,7 +19,6 @@ import contextlib
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -41,7 +40,7 @@ from autotune.engine._logscan import (
     parse_kv_capacity,
 )
 from autotune.engine._oomkill import oom_kill_count
-from autotune.engine._ports import PortReservation, port_is_free, reserve_port
+from autotune.engine._ports import PortReservation, free_port, port_is_free, reserve_port
 from autotune.engine._rundir import EngineRunDir, attributed_files, read_ledger
 from autotune.engine._shm import (
     DEFAULT_ENGINE_SHM_PATTERNS,
@@ -57,13 +56,6 @@ from autotune.space import RenderedConfig
 __all__ = ["EngineProcess", "describe_exit", "free_port", "port_is_free", "safe_python_env"]
 
 log = logging.getLogger(__name__)
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A free port now, reserved by nobody (benchmark servers); engines reserve theirs."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 def safe_python_env(env: Mapping[str, str]) -> dict[str, str]:
@@ -128,9 +120,9 @@ class EngineProcess:
         self.spec = spec
         self.rendered = rendered
         self.log_path = Path(log_path)
-        reservation = None if port else reserve_port(spec.host)
-        self._reservation = reservation  # held until stop(): no other engine of ours is given it
-        self.port = reservation.port if reservation is not None else int(port or 0)
+        # held until stop(): no other engine of ours is given this port (None: the caller's port)
+        self._reservation: PortReservation | None = None if port else reserve_port(spec.host)
+        self.port = self._reservation.port if self._reservation is not None else int(port or 0)
         self.argv = build_argv(spec, rendered, self.port)
         self.startup_stop_grace_s = startup_stop_grace_s
         self.shm_patterns = (*DEFAULT_ENGINE_SHM_PATTERNS, *shm_patterns)
@@ -226,8 +218,7 @@ class EngineProcess:
         return False
 
     def _release_port(self) -> None:
-        reservation: PortReservation | None = self._reservation
-        self._reservation = None
+        reservation, self._reservation = self._reservation, None
         if reservation is not None:
             reservation.release()
 

@@ -177,14 +177,17 @@ def remeasure(n: _Night) -> None:
     n.say(f"night {n.number}: re-measuring {' and '.join(a for a, _ in arms)}, {n.plan.rounds} round(s)")
     records: dict[str, list[TrialRecord]] = {name: [] for name, _ in arms}
     evaluator = n.setup.evaluator(n.sdir / f"night-{n.number:04d}" / "remeasure")
-    first: dict[str, TrialRecord] = {}  # round 1's run of the baseline's arm, when it is trial #0
+    first: TrialRecord | None = None  # round 1 of arms[0] (the baseline's, or the one arm): trial #0
     if baseline_trial(n.study) is None:
         rec = _baseline_as_trial(n)
-        # the baseline's arm, or the one arm; only if it ran that arm's command (a re-check at its
-        # launch may have switched vLLM's defaults to a reference that fits the machine as it is now)
-        ran = RenderedConfig(rec.rendered_args, rec.rendered_env) if rec is not None else None
-        if rec is not None and ran is not None and rec.baseline and _same(ran, arms[0][1]):
-            first[arms[0][0]] = rec
+        # used only if it ran that arm's command (a re-check at its launch may have switched vLLM's
+        # defaults to a reference that fits the machine as it is now)
+        if (
+            rec is not None
+            and rec.baseline
+            and _same(RenderedConfig(rec.rendered_args, rec.rendered_env), arms[0][1])
+        ):
+            first = rec
         elif rec is not None:
             n.clock.note(rec)  # its cost counts; the arm's round 1 runs as planned
     after = MIN_CANDIDATES + n.plan.promotion_runs if n.plan.search else 0
@@ -195,9 +198,9 @@ def remeasure(n: _Night) -> None:
             break
         if r >= n.plan.rounds:
             n.say(f"  round {r + 1} too: tonight's runs cost {n.clock.per_run():.0f} s, less than planned")
-        for name, config in arms:
-            if r == 0 and name in first:
-                rec = first[name]
+        for i, (name, config) in enumerate(arms):
+            if r == 0 and i == 0 and first is not None:
+                rec = first
             else:
                 rec = evaluator(k, config)
                 k += 1
