@@ -70,6 +70,7 @@ def httpx_error(exc: BaseException) -> httpx.TransportError:
 
 
 _CAUGHT = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
+_AUTO_HEADERS = ("User-Agent", "Accept", "Accept-Encoding")  # what aiohttp adds when a request lacks them
 
 
 class _Body(httpx.AsyncByteStream):
@@ -228,9 +229,11 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         timeout: aiohttp.ClientTimeout,
         *,
         decompress: bool,
+        exact_headers: bool = False,
     ) -> aiohttp.ClientResponse:
         """Send a request, its answer's head read; a connection the server closed before answering
-        is replaced once (a body of bytes only: a stream cannot be sent twice)."""
+        is replaced once (a body of bytes only: a stream cannot be sent twice). ``exact_headers``:
+        add none of aiohttp's own (User-Agent, Accept, Accept-Encoding), as a pass-through must."""
         if self._session is None:
             self._session = self._open_session()
         tls = self._tls() if url.startswith("https:") else True  # True: nothing to verify on http
@@ -245,6 +248,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
                     timeout=timeout,
                     auto_decompress=decompress,
                     ssl=tls,
+                    skip_auto_headers=_AUTO_HEADERS if exact_headers else None,
                 )
             except aiohttp.ServerDisconnectedError as exc:
                 if attempt == 2 or not isinstance(data, bytes):

@@ -85,6 +85,8 @@ def capture(
             host=host,
             port=port,
             log_level="warning",
+            access_log=False,  # a line per request costs CPU on the request's path
+            lifespan="on",
             server_header=False,  # the upstream's own Server and Date headers pass through
             date_header=False,
         )
