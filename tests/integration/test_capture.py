@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -198,3 +199,60 @@ def test_the_disk_bound_removes_the_oldest_files(upstream: str, tmp_path: Path) 
     sizes = [p.stat().st_size for p in tmp_path.glob("traffic-*.jsonl")]
     assert sizes and sum(sizes) <= bound_mb * 2**20
     assert sum(1 for p in tmp_path.glob("traffic-*.jsonl") for _ in p.open()) == 20
+
+
+class _SlowStream(threading.Thread):
+    """An upstream that answers every request with an endless chunked stream, a chunk every 20 ms,
+    and notes when its client (the proxy) closed the connection under it."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.served = threading.Event()
+        self.closed = threading.Event()
+
+    def run(self) -> None:
+        while True:
+            conn, _ = self.sock.accept()
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        with conn:
+            request = conn.recv(65536)
+            if request.startswith(b"GET /health"):
+                conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
+                return
+            self.served.set()
+            conn.sendall(
+                b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+            )
+            chunk = b'data: {"choices":[{"text":"x"}]}\n\n'
+            try:
+                for _ in range(1500):  # 30 s at most
+                    conn.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                    time.sleep(0.02)
+            except OSError:  # the proxy closed its connection: vLLM would abort the request here
+                self.closed.set()
+
+
+def test_a_client_that_goes_away_mid_stream_closes_the_upstream_request(tmp_path: Path) -> None:
+    """vLLM aborts a request whose client disconnects; through the proxy it must see that too, not
+    generate on for nobody."""
+    upstream = _SlowStream()
+    upstream.start()
+    with _Capture(upstream.url, tmp_path, "--raw") as cap:
+        with httpx.stream(
+            "POST", cap.url + "/v1/completions", json={**COMPLETION, "stream": True}, timeout=10
+        ) as r:
+            first = next(r.iter_bytes())
+            assert first.startswith(b"data: ")
+        # the client is gone; the upstream's writes fail once the proxy has closed its connection
+        assert upstream.closed.wait(5), "the proxy kept reading the upstream's stream after its client left"
+        assert _post_health(cap.url) == 200  # and the proxy serves on
+        cap.stop()
+    assert upstream.served.is_set()
+
+
+def _post_health(base: str) -> int:
+    return httpx.get(base + "/health", timeout=10).status_code
