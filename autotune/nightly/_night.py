@@ -31,7 +31,7 @@ from autotune.nightly._decide import Candidate, candidates_of, no_candidate_reas
 from autotune.nightly._history import NIGHT_ATTR, NightRecord, nights, save_night
 from autotune.nightly._promote import keep_promoted, promoted_history
 from autotune.nightly._tonight import NightOptions, _Night, begin_night, remeasure
-from autotune.nightly._verdict import figure_of, regression
+from autotune.nightly._verdict import figure_of, regression, regression_against_baseline
 from autotune.space import RenderedConfig
 from autotune.study import IncumbentPruner, PendingJournal, TrialReport, run_study
 from autotune.trial import compare_configs, significant_gain
@@ -192,6 +192,16 @@ def _verdict(n: _Night) -> tuple[bool, str]:
     more = [list(p.incumbent_figure.get("runs") or []) for p in same[-6:-1] if p.incumbent_figure]
     if n.base_figure is not None and not n.one_arm:
         more.append(list(n.base_figure.get("runs") or []))
+    if n.drift and n.inc_figure is not None and last_fig is not None:  # not last night's traffic
+        base_last = n.previous.baseline_figure
+        if n.one_arm or n.base_figure is None or not base_last:
+            return False, (
+                "not compared: the workload changed and tonight's figure cannot be set against a "
+                "baseline measured beside it both nights; it is the reference from tonight on"
+            )
+        return regression_against_baseline(
+            n.maximize, n.inc_figure, n.base_figure, last_fig, base_last, n.options.min_improvement, more[:-1]
+        )
     return regression(n.maximize, n.inc_figure, last_fig, n.options.min_improvement, more)
 
 

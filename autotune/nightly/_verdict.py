@@ -12,7 +12,7 @@ from typing import Any
 from autotune.study import TrialRecord
 from autotune.trial import spread
 
-__all__ = ["Band", "figure_of", "noise_band", "pooled_sd", "regression"]
+__all__ = ["Band", "figure_of", "noise_band", "pooled_sd", "regression", "regression_against_baseline"]
 
 Z_REGRESSION = 2.5  # standard errors of the difference of two medians before a move counts
 
@@ -96,12 +96,40 @@ def regression(
     runs_now = list(tonight.get("runs") or [tonight["median"]])
     runs_last = list(last.get("runs") or [last["median"]])
     sd = pooled_sd([runs_now, runs_last, *more_runs]) or 0.0
-    threshold = max(floor, Z_REGRESSION * sd * math.sqrt(1 / len(runs_now) + 1 / len(runs_last)))
+    return _judge(maximize, tonight["median"], last["median"], sd, [len(runs_now), len(runs_last)], floor, "")
+
+
+def regression_against_baseline(
+    maximize: bool,
+    tonight: dict[str, Any],
+    base_tonight: dict[str, Any],
+    last: dict[str, Any],
+    base_last: dict[str, Any],
+    floor: float,
+    more_runs: Sequence[Sequence[float]] = (),
+) -> tuple[bool, str]:
+    """The verdict across a workload change: tonight's traffic is not last night's, so the incumbent's
+    figure is set against the baseline measured beside it, each night: a regression is the ratio
+    incumbent / baseline moving beyond the noise (the traffic's own difficulty cancels). The
+    standard error counts the four medians (incumbent and baseline, both nights)."""
+    runs = [list(f.get("runs") or [f["median"]]) for f in (tonight, base_tonight, last, base_last)]
+    sd = pooled_sd([*runs, *more_runs]) or 0.0
+    now = tonight["median"] / base_tonight["median"]
+    before = last["median"] / base_last["median"]
+    return _judge(maximize, now, before, sd, [len(r) for r in runs], floor, " of the baseline's")
+
+
+def _judge(
+    maximize: bool, now: float, before: float, sd: float, counts: Sequence[int], floor: float, of: str
+) -> tuple[bool, str]:
+    threshold = max(floor, Z_REGRESSION * sd * math.sqrt(sum(1 / n for n in counts)))
     sign = -1.0 if maximize else 1.0
-    change = sign * (tonight["median"] - last["median"]) / abs(last["median"])
-    worse = change > threshold
+    change = sign * (now - before) / abs(before)
     moved = f"{change:.1%} worse" if change > 0 else f"{-change:.1%} better"
-    return worse, (
-        f"median {last['median']:.4g} -> {tonight['median']:.4g} ({moved} than its last figure), "
-        f"threshold {threshold:.1%} (2.5 standard errors of the measured noise, at least the minimum)"
+    if of:  # ratios: as multiples of the baseline's figure
+        what = f"median {before:.3g}x -> {now:.3g}x{of} ({moved} than its last ratio)"
+    else:
+        what = f"median {before:.4g} -> {now:.4g} ({moved} than its last figure)"
+    return change > threshold, (
+        f"{what}, threshold {threshold:.1%} (2.5 standard errors of the measured noise, at least the minimum)"
     )
