@@ -63,7 +63,7 @@ def _search(n: _Night) -> str:
     for line in prior.lines if prior is not None else ():
         log.info(line)
     if prior is not None:
-        added = prior.enqueue(n.study)
+        added = prior.enqueue(n.study, scope={NIGHT_ATTR: n.number} if n.changes else None)
         if n.drift:
             n.say(
                 f"searching from the incumbent and from the prior's {len(added)} pick(s) for the new workload"

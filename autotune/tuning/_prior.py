@@ -156,9 +156,15 @@ class Prior:
         checked = checked_by(study, pool_trial=bool(pool))
         return None if checked is None else f"{why}, and trial {checked} already checked {region}"
 
-    def enqueue(self, study: optuna.Study) -> list[dict[str, Any]]:
-        """Enqueue the candidates no trial has measured or queued yet (after the baseline)."""
-        known = [t.params for t in study.get_trials(deepcopy=False)]
+    def enqueue(self, study: optuna.Study, scope: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+        """Enqueue the candidates no trial has measured or queued yet (after the baseline). With
+        ``scope`` (user attrs, e.g. tonight's night after a new day's traffic), only the trials that
+        carry it count as measured: a figure on another workload does not stand for this one."""
+        known = [
+            t.params
+            for t in study.get_trials(deepcopy=False)
+            if not scope or all(t.user_attrs.get(k) == v for k, v in scope.items())
+        ]
         known += [
             t.system_attrs.get("fixed_params", {})
             for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))

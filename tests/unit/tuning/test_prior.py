@@ -82,6 +82,16 @@ def test_the_prior_enqueues_the_best_predicted_memory_setting_and_explains_it(
         assert prior.enqueue(study) == prior.candidates
         assert prior.enqueue(study) == []  # already queued: not twice
 
+        for candidate in prior.candidates:  # measured on night 1
+            trial = study.ask()
+            for name, value in candidate.items():
+                trial.suggest_categorical(name, [value])
+            trial.set_user_attr("night", 1)
+            study.tell(trial, 1.0)
+        assert prior.enqueue(study) == []  # measured: not again
+        # after a new day's traffic (a night's scope), a figure on another workload stands for nothing
+        assert prior.enqueue(study, scope={"night": 2}) == prior.candidates
+
 
 GPU_SPACE = """
 name: g
