@@ -39,12 +39,20 @@ def environment_fingerprint(setup: TuningSetup) -> dict[str, Any]:
         "gpus": [g.name for g in facts.gpus],
         "gpu_memory_gib": [round(g.total / 2**30, 1) for g in facts.gpus],
         "host_memory_gib": round(facts.host_total / 2**30, 1),
-        "model": setup.choices.model,
+        "model": model_id(setup.choices.model),
         "model_config": _model_hash(setup.choices.model) if setup.choices.model else None,
         "tool": __version__,
         "space": _sha(space_text),
         "fixed_flags": " ".join(setup.fixed_argv),
     }
+
+
+def model_id(model: str | None) -> str | None:
+    """A local model folder by its absolute path (``.models/m`` from one folder is
+    ``/srv/.models/m`` from another: the same model), a hub name as written."""
+    if model and Path(model).is_dir():
+        return str(Path(model).resolve())
+    return model
 
 
 def model_tokenizer(model: str | None) -> PromptTokenizer | None:
@@ -53,7 +61,7 @@ def model_tokenizer(model: str | None) -> PromptTokenizer | None:
     if not model or not Path(model).is_dir():
         return None
     try:
-        return load_tokenizer(model)
+        return load_tokenizer(str(Path(model).resolve()))
     except WorkloadError:
         return None
 

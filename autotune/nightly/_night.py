@@ -64,10 +64,13 @@ def _search(n: _Night) -> str:
         log.info(line)
     if prior is not None:
         added = prior.enqueue(n.study, scope={NIGHT_ATTR: n.number} if n.changes else None)
-        if n.drift:
+        if n.drift and added:
             n.say(
                 f"searching from the incumbent and from the prior's {len(added)} pick(s) for the new workload"
             )
+        elif n.drift:
+            why = "tonight measured its picks" if prior.candidates else "it predicts the baseline best"
+            n.say(f"searching from the incumbent; the prior adds no pick for the new workload ({why})")
     repeats = {"n": 0}  # a small space runs out: configurations the sampler proposes again
     idle: list[str] = []  # why the candidates since the last engine start did not start one
 

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+
 from autotune.nightly._decide import Candidate, no_candidate_reason, worse_reason
-from autotune.nightly._fingerprint import workload_changes
+from autotune.nightly._fingerprint import describe_changes, model_id, workload_changes
 
 BEFORE = {
     "workload": {
@@ -58,3 +62,16 @@ def test_the_reason_names_what_ran_and_why_none_could_challenge() -> None:
         "every candidate was worse: the best of 3 feasible, trial #5, measured ttft_p90 40 "
         "against the incumbent's 35 tonight"
     )
+
+
+def test_a_model_folder_named_from_another_folder_is_the_same_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A night run from another folder named '.models/m' where the last said '/srv/.models/m': the
+    fingerprint said 'environment.model changed' (a real night on the CPU build)."""
+    (tmp_path / ".models" / "m").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    before = {"environment": {"model": model_id(str(tmp_path / ".models" / "m"))}}
+    after = {"environment": {"model": model_id(".models/m")}}
+    assert describe_changes(before, after) == []
+    assert model_id("meta-llama/Llama-3.1-8B") == "meta-llama/Llama-3.1-8B"  # a hub name as written
