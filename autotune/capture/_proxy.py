@@ -95,10 +95,10 @@ async def _body(receive: Receive) -> bytes:
 class _Proxy:
     """The ASGI app: ``lifespan`` opens and closes the upstream transport, ``http`` forwards."""
 
-    def __init__(self, upstream: str, recorder: Recorder, transport: AiohttpTransport | None) -> None:
+    def __init__(self, upstream: str, recorder: Recorder) -> None:
         self.upstream = upstream.rstrip("/")
         self.recorder = recorder
-        self.transport = transport or AiohttpTransport(_MAX_CONNECTIONS)
+        self.transport = AiohttpTransport(_MAX_CONNECTIONS)
         self.timeout = self.transport.client_timeout(10.0, None)  # connect; a stream may idle long
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -179,8 +179,6 @@ class _Proxy:
                 response.close()
 
 
-def capture_app(
-    upstream: str, recorder: Recorder, *, transport: AiohttpTransport | None = None
-) -> Callable[[Scope, Receive, Send], Awaitable[None]]:
-    """The proxy as an ASGI app; ``transport`` (tests) replaces the one made for ``upstream``."""
-    return _Proxy(upstream, recorder, transport)
+def capture_app(upstream: str, recorder: Recorder) -> Callable[[Scope, Receive, Send], Awaitable[None]]:
+    """The proxy as an ASGI app (uvicorn serves it; its lifespan closes the upstream connections)."""
+    return _Proxy(upstream, recorder)

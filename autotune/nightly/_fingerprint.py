@@ -61,7 +61,7 @@ def model_tokenizer(model: str | None) -> PromptTokenizer | None:
     if not model or not Path(model).is_dir():
         return None
     try:
-        return load_tokenizer(str(Path(model).resolve()))
+        return load_tokenizer(str(model_id(model)))
     except WorkloadError:
         return None
 

@@ -193,18 +193,19 @@ def _verdict(n: _Night) -> tuple[bool, str]:
     same = [p for p in nights(n.study) if p.incumbent_args == args and p.incumbent_figure]
     last_fig = n.previous.incumbent_figure if n.previous.incumbent_args == args else None
     more = [list(p.incumbent_figure.get("runs") or []) for p in same[-6:-1] if p.incumbent_figure]
-    if n.base_figure is not None and not n.one_arm:
-        more.append(list(n.base_figure.get("runs") or []))
+    base_now = None if n.one_arm else n.base_figure
     if n.drift and n.inc_figure is not None and last_fig is not None:  # not last night's traffic
         base_last = n.previous.baseline_figure
-        if n.one_arm or n.base_figure is None or not base_last:
+        if base_now is None or not base_last:
             return False, (
                 "not compared: the workload changed and tonight's figure cannot be set against a "
                 "baseline measured beside it both nights; it is the reference from tonight on"
             )
         return regression_against_baseline(
-            n.maximize, n.inc_figure, n.base_figure, last_fig, base_last, n.options.min_improvement, more[:-1]
+            n.maximize, n.inc_figure, base_now, last_fig, base_last, n.options.min_improvement, more
         )
+    if base_now is not None:
+        more.append(list(base_now.get("runs") or []))
     return regression(n.maximize, n.inc_figure, last_fig, n.options.min_improvement, more)
 
 
