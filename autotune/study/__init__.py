@@ -10,7 +10,7 @@ from autotune.study._baseline import (
     load_or_create,
     render_reference,
 )
-from autotune.study._best import best_feasible
+from autotune.study._best import best_feasible, in_scope
 from autotune.study._gates import Gate, GateVerdict, standard_gates
 from autotune.study._journal import PendingJournal, storage_fault
 from autotune.study._measure import TrialMeasure, suggest_values
@@ -62,6 +62,7 @@ __all__ = [
     "ensure_baseline",
     "fail_orphaned_trials",
     "failure_summary",
+    "in_scope",
     "load_or_create",
     "open_storage",
     "parse_slo",

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import optuna
 
 from autotune.study._record import constraints_hold, read_record
 
-__all__ = ["best_feasible", "completed_trials"]
+__all__ = ["best_feasible", "completed_trials", "in_scope"]
+
+
+def in_scope(trial: optuna.trial.FrozenTrial, scope: Mapping[str, Any] | None) -> bool:
+    """Whether the trial carries every user attr of ``scope`` (e.g. tonight's night); no scope: all."""
+    return not scope or all(trial.user_attrs.get(k) == v for k, v in scope.items())
 
 
 def completed_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:

@@ -21,7 +21,7 @@ from typing import Any
 
 import optuna
 
-from autotune.study._best import best_feasible
+from autotune.study._best import best_feasible, in_scope
 from autotune.study._record import BASELINE_ATTR, read_record
 
 __all__ = ["IncumbentPruner"]
@@ -129,7 +129,7 @@ class IncumbentPruner(optuna.pruners.BasePruner):
         return best_feasible(study, self._in_scope if self.scope else None)
 
     def _in_scope(self, trial: optuna.trial.FrozenTrial) -> bool:
-        return not self.scope or all(trial.user_attrs.get(k) == v for k, v in self.scope.items())
+        return in_scope(trial, self.scope)
 
     @staticmethod
     def _intermediates(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> dict[int, float]:

@@ -9,7 +9,7 @@ from typing import Any, NoReturn
 
 import optuna
 
-from autotune.study._best import completed_trials
+from autotune.study._best import completed_trials, in_scope
 from autotune.study._record import BASELINE_ATTR, read_record, write_record
 
 __all__ = ["measured_twin", "pruned_twin", "refused_by", "reuse_measurement", "reuse_pruned"]
@@ -37,7 +37,7 @@ def _twin(
 
 
 def _in(scope: Mapping[str, Any] | None) -> Callable[[optuna.trial.FrozenTrial], bool]:
-    return lambda t: not scope or all(t.user_attrs.get(k) == v for k, v in scope.items())
+    return lambda t: in_scope(t, scope)
 
 
 def measured_twin(

@@ -26,6 +26,7 @@ from typing import Any, Protocol
 import optuna
 
 from autotune.space import Parameter, SearchSpace, describe_values, render_values
+from autotune.study import in_scope
 from autotune.trial import MemoryGuard
 from autotune.tuning._prior_lru import Chains, chains_of, lru_hit_share
 from autotune.tuning._prior_seqs import SEQS_PARAM, kv_concurrency, peak_concurrency, seqs_plan
@@ -160,11 +161,7 @@ class Prior:
         """Enqueue the candidates no trial has measured or queued yet (after the baseline). With
         ``scope`` (user attrs, e.g. tonight's night after a new day's traffic), only the trials that
         carry it count as measured: a figure on another workload does not stand for this one."""
-        known = [
-            t.params
-            for t in study.get_trials(deepcopy=False)
-            if not scope or all(t.user_attrs.get(k) == v for k, v in scope.items())
-        ]
+        known = [t.params for t in study.get_trials(deepcopy=False) if in_scope(t, scope)]
         known += [
             t.system_attrs.get("fixed_params", {})
             for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
