@@ -13,7 +13,7 @@ Faults, from the environment:
   FAKE_SPAWN_CHILD=1        start a child process that would outlive a naive kill
   FAKE_SHM_PREFIX=P         leave a 64 KiB file /dev/shm/P<pid> behind (as torch's psm_* segments)
   FAKE_OOM_BLOCK_SIZE=B     fail start with an out-of-memory error when --block-size is B
-  FAKE_REQUIRE_KEY=1        require VLLM_API_KEY as a bearer token on /v1/*
+  FAKE_REQUIRE_KEY=1        require VLLM_API_KEY as a bearer token on /v1/* (GET /v1/models too, as vLLM)
   FAKE_CHECK_LENGTH=1       answer HTTP 400 with vLLM's error body when prompt words + max_tokens
                             exceed --max-model-len (vLLM checks this per request, after start-up)
   FAKE_TTFT_S=S             a fixed time to first token (e.g. 0 for replayer load tests)
@@ -144,7 +144,12 @@ def _make_handler(state: _State):
             if self.path == "/health":
                 self._json(200, {})
             elif self.path == "/v1/models":
+                if key and self.headers.get("Authorization") != f"Bearer {key}":
+                    self._json(401, {"error": "Unauthorized"})
+                    return
                 self._json(200, {"data": [{"id": model_name}]})
+            elif self.path == "/version":
+                self._json(200, {"version": "0.0.0-fake"})
             elif self.path == "/metrics":
                 s = state
                 text = (
