@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
+from pydantic import ValidationError
 from rich.markup import escape
 from rich.table import Table
 
@@ -77,8 +78,10 @@ def bench(
             passes=passes, warmup=warmup, seed=seed, max_requests=max_requests, sample=sample,
             slo=tuple(slo or ()), model=model, api_key_env=api_key_env,
         )  # fmt: skip
-    except ValueError as exc:  # pydantic's: one line per option
-        raise ConfigError(f"bench: {str(exc).splitlines()[-1].strip()}") from None
+    except ValidationError as exc:  # the model's own check of an option, as one line
+        err = exc.errors()[0]
+        name = str(err["loc"][0]).replace("_", "-") if err["loc"] else "?"
+        raise ConfigError(f"--{name}: {str(err['msg']).removeprefix('Value error, ')}") from None
     result = bench_server(choices, url)
     rec = result.record
     out.print(f"{result.server.url}, model {result.server.model}: {len(result.workload)} requests, "
