@@ -36,6 +36,7 @@ Warmup: Any = cli_option("warmup")[0]
 Slo: Any = cli_option("slo")[0]
 MaxRequests: Any = cli_option("max_requests")[0]
 Sample: Any = cli_option("sample")[0]
+History: Any = cli_option("history")[0]
 _PCTS = ("p50", "p90", "p99")
 
 
@@ -55,6 +56,7 @@ def bench(
     max_requests: MaxRequests = None,
     sample: Sample = None,
     slo: Slo = None,
+    history: History = "recorded",
     model: Annotated[
         Optional[str], typer.Option("--model", "-m", help="Model to ask for. Default: the server's only model (GET /v1/models).")
     ] = None,
@@ -76,7 +78,7 @@ def bench(
         choices = StudySpec(
             workload=workload, rate=rate, burstiness=burstiness, concurrency=concurrency, speed=speed,
             passes=passes, warmup=warmup, seed=seed, max_requests=max_requests, sample=sample,
-            slo=tuple(slo or ()), model=model, api_key_env=api_key_env,
+            slo=tuple(slo or ()), history=history, model=model, api_key_env=api_key_env,
         )  # fmt: skip
     except ValidationError as exc:  # the model's own check of an option, as one line
         err = exc.errors()[0]
