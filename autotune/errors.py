@@ -9,7 +9,9 @@
     ├── EngineError                the inference engine could not be used
     │   ├── EngineStartError       vLLM exited or timed out before it was healthy (has a failure class)
     │   ├── EngineCrashed          vLLM died after it was healthy (mid-run)
-    │   └── EngineArgsError        the rendered command is rejected by vLLM's own argument parser
+    │   ├── EngineArgsError        the rendered command is rejected by vLLM's own argument parser
+    │   └── ServerRefused          a running server (``bench --url``) is unreachable or refuses to be
+    │                              measured (401, no such model): bad input, exit 2
     ├── StorageError               the study storage could not be opened or used
     │   └── StudyNotFoundError     --study names no study of the storage (bad input, exit 2)
     ├── StudyBusyError             the study is already being run on this host (exit 6)
@@ -43,6 +45,7 @@ __all__ = [
     "ExportError",
     "PromoteHookError",
     "SearchSpaceError",
+    "ServerRefused",
     "StorageError",
     "StudyBusyError",
     "StudyNotFoundError",
@@ -96,6 +99,12 @@ class EngineCrashed(_EngineFailure):
 
 
 class EngineArgsError(EngineError):
+    exit_code = 2
+
+
+class ServerRefused(EngineError):
+    """A server that ``autotune bench`` was pointed at (and never started) cannot be measured."""
+
     exit_code = 2
 
 

@@ -4,6 +4,13 @@ from __future__ import annotations
 
 from autotune.bench._arrivals import ArrivalSpec, plan_offsets
 from autotune.bench._figures import PERCENTILES, TrialFigures, failure_counts, meets_slos, summarize
+from autotune.bench._probe import (
+    PROXY_VARIABLES,
+    ServerFacts,
+    probe_server,
+    proxy_variables,
+    server_root,
+)
 from autotune.bench._prometheus import (
     VLLM_METRICS,
     MetricNames,
@@ -21,6 +28,7 @@ from autotune.bench._warmup import warm_up
 __all__ = [
     "DEFAULT_MAX_IN_FLIGHT",
     "PERCENTILES",
+    "PROXY_VARIABLES",
     "VLLM_METRICS",
     "AiohttpTransport",
     "ArrivalSpec",
@@ -32,16 +40,20 @@ __all__ = [
     "ReplayTarget",
     "RequestTiming",
     "ScheduleLag",
+    "ServerFacts",
     "StreamedAnswer",
     "TrialFigures",
     "failure_counts",
     "meets_slos",
     "parse_metrics",
     "plan_offsets",
+    "probe_server",
+    "proxy_variables",
     "replay",
     "replay_client",
     "schedule_lag",
     "scrape_metrics",
+    "server_root",
     "summarize",
     "warm_up",
 ]

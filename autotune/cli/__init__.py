@@ -11,6 +11,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from autotune.cli import bench as _bench
 from autotune.cli import capture as _capture
 from autotune.cli import compare as _compare
 from autotune.cli import doctor as _doctor
@@ -49,6 +50,7 @@ def _main(
 app.command("init")(_init.init)
 app.command("run")(_run.run)
 app.command("compare")(_compare.compare)
+app.command("bench")(_bench.bench)
 app.command("show")(_study.show)
 app.command("export")(_study.export)
 app.command("report")(_report.report)

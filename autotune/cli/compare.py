@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from pathlib import Path
 
 import typer
 from rich.table import Table
@@ -13,7 +14,7 @@ from autotune.cli._study_options import study_command
 from autotune.errors import ConfigError
 from autotune.spec import StudySpec
 from autotune.study import TrialRecord
-from autotune.trial import Comparison, compare_configs, config_to_args
+from autotune.trial import Comparison, compare_configs, compare_recorded, config_to_args, read_measurement
 from autotune.tuning import TuningSetup, build_setup, on_gpus
 
 __all__ = ["compare"]
@@ -36,6 +37,9 @@ def compare(spec: StudySpec) -> None:
     Exit codes: 0 both arms measured; 1 an arm produced no figures; 2 bad input (an arm that cannot
     start here is refused before any launch).
     """
+    if any(p is not None and p.suffix == ".json" for p in (spec.config, spec.baseline_config)):
+        _compare_recorded(spec)
+        return
     if spec.config is None:
         raise ConfigError(
             "compare: --config is required (fix: the config to check, e.g. the exported best.yaml)"
@@ -58,13 +62,10 @@ def compare(spec: StudySpec) -> None:
         result = compare_configs(
             setup.evaluator(spec.log_dir), arms, rounds=spec.rounds, on_run=_on_run(spec.rounds)
         )
-    out.print(_table(result, setup.workload.path.name, spec.rounds))
+    out.print(_table(result, f"{setup.workload.path.name}: {spec.rounds} runs each, alternating"))
     for line in result.disagreeing():
         console.print(f"[yellow]{line}[/yellow]", soft_wrap=True)
-    if spec.json_out is not None:
-        spec.json_out.parent.mkdir(parents=True, exist_ok=True)
-        spec.json_out.write_text(json.dumps(result.as_dict(), indent=2))
-        out.print(f"wrote {spec.json_out}")
+    _write_json(spec, result)
     failed = [arm.name for arm in (result.a, result.b) if not arm.measured]
     if failed:
         console.print(
@@ -101,8 +102,50 @@ def _precheck(setup: TuningSetup, arms: list[tuple[str, list[str]]]) -> None:
             )
 
 
-def _table(result: Comparison, workload_name: str, rounds: int) -> Table:
-    table = Table(title=f"{workload_name}: {rounds} runs each, alternating; median [min-max]")
+def _compare_recorded(spec: StudySpec) -> None:
+    """Two measurements ``autotune bench --json-out`` wrote (a running server each, or one server
+    before and after a change): their figures side by side with the ratio; nothing is launched."""
+    if (
+        spec.config is None
+        or spec.baseline_config is None
+        or spec.baseline_config.suffix != spec.config.suffix
+    ):
+        raise ConfigError(
+            "compare: recorded measurements (.json of `autotune bench --json-out`) are compared with each "
+            "other only (fix: --baseline-config A.json --config B.json, or two vLLM config YAMLs to measure)"
+        )
+    a, b = read_measurement(spec.baseline_config), read_measurement(spec.config)
+    result = compare_recorded((f"A {spec.baseline_config}", a), (f"B {spec.config}", b))
+    out.print(_table(result, "recorded measurements, not re-measured (range: their passes)"))
+    for line in _unlike(spec.baseline_config, spec.config):
+        console.print(f"[yellow]{line}[/yellow]", soft_wrap=True)
+    _write_json(spec, result)
+    failed = [arm.name for arm in (result.a, result.b) if not arm.measured]
+    if failed:
+        console.print(f"[red]no figures in {' and '.join(failed)}[/red]")
+        raise typer.Exit(1)
+
+
+def _write_json(spec: StudySpec, result: Comparison) -> None:
+    if spec.json_out is not None:
+        spec.json_out.parent.mkdir(parents=True, exist_ok=True)
+        spec.json_out.write_text(json.dumps(result.as_dict(), indent=2))
+        out.print(f"wrote {spec.json_out}")
+
+
+def _unlike(a: Path, b: Path) -> list[str]:
+    """A line for each thing two measurements did not share (workload, arrivals, requests)."""
+    sides = [json.loads(p.read_text()).get("bench") or {} for p in (a, b)]
+    return [
+        f"the two measurements differ in {key}: {sides[0].get(key)!r} vs {sides[1].get(key)!r}; "
+        "the ratio compares unlike runs"
+        for key in ("workload", "requests", "arrival")
+        if sides[0].get(key) != sides[1].get(key)
+    ]
+
+
+def _table(result: Comparison, title: str) -> Table:
+    table = Table(title=f"{title}; median [min-max]")
     table.add_column("figure")
     for arm in (result.a, result.b):
         table.add_column(arm.name)

@@ -5,12 +5,20 @@
 from __future__ import annotations
 
 from autotune.engine._connector_log import ConnectorHits, connector_hits
+from autotune.engine._cpu_dtype import FLOAT32_KV_SCALE, serves_float32
 from autotune.engine._launch import LaunchSpec
 from autotune.engine._lease import GpuLease
 from autotune.engine._lmcache_ops import lmcache_ops
 from autotune.engine._logscan import FailureClass, failure_excerpt, kernel_fallback_note
 from autotune.engine._notes import startup_warnings
-from autotune.engine._platform import Build, cpu_build_isa_note, default_launcher, installed_engine
+from autotune.engine._platform import (
+    CPU_FLAGS_ENV,
+    Build,
+    cpu_build_isa_note,
+    cpu_flags,
+    default_launcher,
+    installed_engine,
+)
 from autotune.engine._process import EngineProcess
 from autotune.engine._profiles import (
     EngineProfile,
@@ -29,6 +37,8 @@ from autotune.engine._startup import startup_phases
 from autotune.engine._vllm import VLLM
 
 __all__ = [
+    "CPU_FLAGS_ENV",
+    "FLOAT32_KV_SCALE",
     "VLLM",
     "ArgChecker",
     "Build",
@@ -47,6 +57,7 @@ __all__ = [
     "clean_stale_shm",
     "connector_hits",
     "cpu_build_isa_note",
+    "cpu_flags",
     "default_launcher",
     "detect_profile",
     "failure_excerpt",
@@ -55,6 +66,7 @@ __all__ = [
     "kernel_fallback_note",
     "lmcache_ops",
     "select_profile",
+    "serves_float32",
     "sizing_from_argv",
     "startup_phases",
     "startup_warnings",

@@ -7,6 +7,7 @@ version and build, vllm-ascend and its offload connector, and LMCache.
 from __future__ import annotations
 
 import importlib.util
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from importlib import metadata
@@ -17,13 +18,16 @@ from autotune.engine._launch import CPU_LAUNCHER, GPU_LAUNCHER
 
 __all__ = [
     "ASCEND_CONNECTOR_MODULES",
+    "CPU_FLAGS_ENV",
     "Build",
     "InstalledEngine",
     "ascend_connector_module",
     "cpu_build_isa_note",
+    "cpu_flags",
     "default_launcher",
     "installed_build",
     "installed_engine",
+    "lacks_avx512",
 ]
 
 Build = Literal["cuda", "cpu", "rocm", "xpu", "unknown", "missing"]
@@ -139,23 +143,45 @@ def default_launcher() -> tuple[str, ...]:
     return CPU_LAUNCHER if installed_engine().cpu_build else GPU_LAUNCHER
 
 
-def cpu_build_isa_note(cpuinfo: Path = Path("/proc/cpuinfo")) -> str | None:
-    """Why vLLM's CPU build will be slow on this CPU, or None: the x86 build targets AVX-512, and on
-    a CPU without ``avx512f`` its linear layers fall back from oneDNN to torch (seen on an AMD EPYC
-    Zen 3 with AVX2: "Failed to create oneDNN linear"). None off x86 or when /proc cannot be read."""
+CPU_FLAGS_ENV = "AUTOTUNE_CPU_FLAGS"
+
+
+def cpu_flags(cpuinfo: Path | None = None) -> tuple[str, ...] | None:
+    """The x86 feature flags of this CPU (``avx2``, ``avx512f``...), read in this one place: the
+    ``flags`` line of ``cpuinfo`` when given, else $AUTOTUNE_CPU_FLAGS when set (space-separated: to
+    test, or to plan for, a CPU that is not this one, e.g. ``AUTOTUNE_CPU_FLAGS="avx2 fma"``), else
+    /proc/cpuinfo's. None off x86 (no flags line) or when /proc cannot be read."""
+    if cpuinfo is None and (forced := os.environ.get(CPU_FLAGS_ENV)) is not None:
+        return tuple(forced.split())
     try:
-        text = cpuinfo.read_text(errors="replace")
+        text = (cpuinfo or Path("/proc/cpuinfo")).read_text(errors="replace")
     except OSError:
         return None
-    flags = next(
-        (line.partition(":")[2].split() for line in text.splitlines() if line.startswith("flags")), None
+    return next(
+        (tuple(line.partition(":")[2].split()) for line in text.splitlines() if line.startswith("flags")),
+        None,
     )
-    if flags is None or "avx512f" in flags:  # no x86 "flags" line: another architecture
+
+
+def lacks_avx512(flags: tuple[str, ...] | None) -> bool:
+    """An x86 CPU without AVX-512, on which vLLM's x86 CPU build falls back from oneDNN."""
+    return flags is not None and "avx512f" not in flags
+
+
+def cpu_build_isa_note(cpuinfo: Path | None = None) -> str | None:
+    """Why vLLM's CPU build would be slow on this CPU, or None: the x86 build targets AVX-512, and on
+    a CPU without ``avx512f`` its linear layers fall back from oneDNN to torch in bfloat16 (seen on an
+    AMD EPYC Zen 3 with AVX2: "Failed to create oneDNN linear"); in float32 they stay on oneDNN, so the
+    tool launches it in float32 there (:mod:`autotune.engine._cpu_dtype`). None off x86 or when /proc
+    cannot be read."""
+    flags = cpu_flags(cpuinfo)
+    if not lacks_avx512(flags):
         return None
+    assert flags is not None
     best = next((isa for isa in ("avx2", "avx", "sse4_2") if isa in flags), "no AVX")
     return (
-        f"this CPU has {best.upper().replace('_', '.')} but no AVX-512: vLLM's x86 CPU build targets AVX-512 and"
-        " runs its linear layers on a slow fallback here, so TTFTs read many times longer than on a"
-        " supported CPU (a GPU build is unaffected; fix: --engine-arg=--dtype=float32 keeps them on"
-        " oneDNN, at twice the KV bytes per token)"
+        f"this CPU has {best.upper().replace('_', '.')} but no AVX-512: vLLM's x86 CPU build runs its linear"
+        " layers on a slow fallback here unless served in float32, so autotune launches it with --dtype"
+        " float32 where you fixed no --dtype, every KV byte size doubled to hold the same tokens"
+        " (--kv-cache-memory-bytes 20M runs as 40M); a --dtype you fix is kept as given"
     )

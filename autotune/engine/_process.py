@@ -30,7 +30,8 @@ import httpx
 import psutil
 
 from autotune.engine import _reaper
-from autotune.engine._launch import LaunchSpec, build_argv
+from autotune.engine._cpu_dtype import launch_argv
+from autotune.engine._launch import LaunchSpec
 from autotune.engine._logscan import (
     FailureClass,
     KvCapacity,
@@ -123,7 +124,7 @@ class EngineProcess:
         # held until stop(): no other engine of ours is given this port (None: the caller's port)
         self._reservation: PortReservation | None = None if port else reserve_port(spec.host)
         self.port = self._reservation.port if self._reservation is not None else int(port or 0)
-        self.argv = build_argv(spec, rendered, self.port)
+        self.argv = launch_argv(spec, rendered, self.port)  # float32 where the CPU build needs it
         self.startup_stop_grace_s = startup_stop_grace_s
         self.shm_patterns = (*DEFAULT_ENGINE_SHM_PATTERNS, *shm_patterns)
         self.shm_dir = Path(shm_dir)

@@ -11,7 +11,8 @@ from typing import Literal
 from autotune.bench import VLLM_METRICS, MetricNames
 from autotune.engine._argcheck import VllmArgChecker
 from autotune.engine._connector_log import ConnectorHits, connector_hits
-from autotune.engine._launch import LaunchSpec, build_argv, parse_engine_args
+from autotune.engine._cpu_dtype import launch_argv
+from autotune.engine._launch import LaunchSpec, parse_engine_args
 from autotune.engine._logscan import KvCapacity, parse_kv_capacity
 from autotune.engine._platform import InstalledEngine, default_launcher, installed_engine
 from autotune.engine._process import EngineProcess
@@ -53,7 +54,7 @@ class VllmEngine:
         return default_space_path(profile)
 
     def argv(self, spec: LaunchSpec, rendered: RenderedConfig, port: int) -> list[str]:
-        return build_argv(spec, rendered, port)
+        return launch_argv(spec, rendered, port)
 
     def process(
         self,

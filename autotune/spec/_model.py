@@ -255,10 +255,15 @@ class StudySpec(BaseModel):
 
     # --- compare's arms --------------------------------------------------------------------------
     config: Path | None = _opt(
-        None, "Config to check (e.g. the exported best.yaml), arm B.", commands=("compare",)
+        None,
+        "Config to check (e.g. the exported best.yaml), arm B; or a measurement of `autotune bench "
+        "--json-out` (.json, with --baseline-config another: compared as recorded, nothing launched).",
+        commands=("compare",),
     )
     baseline_config: Path | None = _opt(
-        None, "Arm A config (default: vLLM's defaults plus --engine-arg flags).", commands=("compare",)
+        None,
+        "Arm A config (default: vLLM's defaults plus --engine-arg flags), or a measurement (.json).",
+        commands=("compare",),
     )
     log_dir: Path = _opt(Path("studies/compare"), "Where vLLM's logs of each run go.", commands=("compare",))
     json_out: Path | None = _opt(None, "Write every figure as JSON here.", commands=("compare",))

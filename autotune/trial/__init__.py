@@ -5,7 +5,15 @@ sizes checked against the model; and the A/B comparison of two configurations.""
 
 from __future__ import annotations
 
-from autotune.trial._compare import ArmSummary, Comparison, compare_configs, config_to_args, significant_gain
+from autotune.trial._compare import (
+    ArmSummary,
+    Comparison,
+    compare_configs,
+    compare_recorded,
+    config_to_args,
+    read_measurement,
+    significant_gain,
+)
 from autotune.trial._evaluator import VllmEvaluator, no_success_reason
 from autotune.trial._fit_requests import check_request_sizes, model_max_len
 from autotune.trial._memory_guard import (
@@ -46,12 +54,14 @@ __all__ = [
     "clamp_space",
     "combine_passes",
     "compare_configs",
+    "compare_recorded",
     "config_to_args",
     "flag_int",
     "model_max_len",
     "no_success_reason",
     "parallel_ranks",
     "parse_passes",
+    "read_measurement",
     "read_request_timings",
     "reset_leak",
     "reset_prefix_cache",

@@ -7,6 +7,7 @@ that an exported config's gain over vLLM's defaults holds outside the study.
 
 from __future__ import annotations
 
+import json
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -20,7 +21,15 @@ from autotune.export import config_to_argv
 from autotune.space import RenderedConfig
 from autotune.study import Evaluator, TrialRecord
 
-__all__ = ["ArmSummary", "Comparison", "compare_configs", "config_to_args", "significant_gain"]
+__all__ = [
+    "ArmSummary",
+    "Comparison",
+    "compare_configs",
+    "compare_recorded",
+    "config_to_args",
+    "read_measurement",
+    "significant_gain",
+]
 
 _FIGURES = ("ttft_p50", "ttft_p90", "tpot_p50", "output_throughput", "goodput")
 DISAGREE_FACTOR = 1.5  # runs of one arm further apart than this are flagged (restart noise: 5-25%)
@@ -154,6 +163,36 @@ def compare_configs(
         a=ArmSummary(na, argv(aa), tuple(runs[na]), figs[na]),
         b=ArmSummary(nb, argv(ab), tuple(runs[nb]), figs[nb]),
     )
+
+
+def read_measurement(path: Path) -> TrialRecord:
+    """A measurement as ``autotune bench --json-out`` writes it: a trial record's keys (and ``bench``)."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigError(
+            f"{path}: cannot read the measurement: {exc} (fix: a file of `bench --json-out`)"
+        ) from None
+    if not isinstance(data, dict) or "status" not in data or "figures" not in data:
+        raise ConfigError(
+            f"{path}: not a measurement (no 'status' and 'figures' keys) (fix: a file `autotune bench "
+            "--json-out` wrote, or a vLLM config YAML to measure)"
+        )
+    return TrialRecord.from_attrs(data)
+
+
+def compare_recorded(a: tuple[str, TrialRecord], b: tuple[str, TrialRecord]) -> Comparison:
+    """Two measurements already made (nothing launched): each arm's figures, per pass where the record
+    kept its passes (their median is the record's figure), so the table shows a median and a range."""
+    arms = []
+    for name, rec in (a, b):
+        figs = {key: [value] for key, value in _figures(rec).items()}
+        for key in figs:
+            passes = rec.pass_values(key) if rec.ok else []
+            if len(passes) > 1:
+                figs[key] = passes
+        arms.append(ArmSummary(name, rec.command, (rec,), figs))
+    return Comparison(a=arms[0], b=arms[1])
 
 
 def significant_gain(

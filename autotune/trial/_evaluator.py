@@ -56,6 +56,7 @@ from autotune.trial._memory_guard import MemoryGuard
 from autotune.trial._overlap import PrestartSlot, hidden_start, overlap_refusal
 from autotune.trial._passes import PassPlan, PassResult, combine_passes, reset_leak, reset_prefix_cache
 from autotune.trial._requests import write_request_timings
+from autotune.trial._served import RunningServer, Served, served_model
 from autotune.workload import Workload
 
 __all__ = ["VllmEvaluator", "no_success_reason"]
@@ -206,7 +207,7 @@ class VllmEvaluator:
         return self._measured_record(record, proc, measured, teardown)
 
     def _measured_record(
-        self, record: TrialRecord, proc: EngineProcess, measured: _Measured, teardown: float
+        self, record: TrialRecord, proc: Served, measured: _Measured, teardown: float
     ) -> TrialRecord:
         """The record of a trial whose engine ran: its figures, metrics and phases; pruned, failed
         (nothing served) or ok."""
@@ -236,14 +237,23 @@ class VllmEvaluator:
             )
         return record
 
-    async def _measure(self, proc: EngineProcess, progress: Progress | None) -> _Measured:
+    def measure_running(self, base_url: str, model: str) -> TrialRecord:
+        """Measure a server already running at ``base_url`` (``autotune bench``) as a trial measures
+        its engine: the same warm-up, passes, figures and /metrics delta; nothing started or stopped."""
+        server = RunningServer(base_url)
+        measured = asyncio.run(self._measure(server, None, model))
+        base = TrialRecord(status=TrialStatus.OK, engine=self.engine_label)
+        record = self._measured_record(base, server, measured, teardown=0.0)
+        return record.with_(timings_s=dict(measured.phase))  # no start-up or teardown of ours
+
+    async def _measure(self, proc: Served, progress: Progress | None, model: str | None = None) -> _Measured:
         timeout = httpx.Timeout(self.request_timeout_s, connect=10.0)
         names, path = self.engine.metric_names, self.engine.metrics_path
         passes: list[PassResult] = []
         timings: list[RequestTiming] = []
         notes: list[str] = []
         async with replay_client(max_in_flight=DEFAULT_MAX_IN_FLIGHT, timeout=timeout) as client:
-            model = await self._served_model(client, proc.base_url)
+            model = model or await served_model(client, proc.base_url, self.engine, self.spec)
             target = ReplayTarget(base_url=proc.base_url, model=model, api_key=self.spec.api_key)
             if progress is not None:  # the engine is up: the study may hold the replay here (it
                 progress(0, {})  # blocks; nothing else runs on this loop before the replay)
@@ -383,14 +393,3 @@ class VllmEvaluator:
             return None, got, stop.result()
         stop.cancel()
         return task.result(), got, None
-
-    async def _served_model(self, client: httpx.AsyncClient, base_url: str) -> str:
-        headers = {"Authorization": f"Bearer {self.spec.api_key}"} if self.spec.api_key else {}
-        try:
-            resp = await client.get(base_url + self.engine.models_path, headers=headers, timeout=10.0)
-            data = resp.json().get("data") or []
-            if data:
-                return str(data[0]["id"])
-        except (httpx.HTTPError, ValueError, KeyError):
-            pass
-        return self.spec.fixed_value("--served-model-name") or self.spec.model

@@ -4,6 +4,7 @@ per GPU or tensor-parallel group (:func:`plan_groups`, :func:`run_parallel`, :fu
 
 from __future__ import annotations
 
+from autotune.tuning._bench import BENCH_KIND, BenchResult, bench_server
 from autotune.tuning._confirm import confirm_best
 from autotune.tuning._dry_run import CommandPreview, preview_commands
 from autotune.tuning._fingerprint import (
@@ -31,12 +32,14 @@ from autotune.tuning._worker import RUN_ATTR, WorkerSpec, run_worker, study_choi
 from autotune.tuning._workers import ParallelRun, run_parallel
 
 __all__ = [
+    "BENCH_KIND",
     "FINGERPRINT_ATTR",
     "FORMATS_ATTR",
     "RUN_ATTR",
     "SPEC_ATTR",
     "SPEC_FINGERPRINT_ATTR",
     "BaselinePlan",
+    "BenchResult",
     "CommandPreview",
     "GpuGroup",
     "OpenedStudy",
@@ -45,6 +48,7 @@ __all__ = [
     "TuningSetup",
     "WorkerSpec",
     "arrival_spec",
+    "bench_server",
     "build_setup",
     "check_fingerprint",
     "check_model",

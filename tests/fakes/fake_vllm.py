@@ -13,7 +13,7 @@ Faults, from the environment:
   FAKE_SPAWN_CHILD=1        start a child process that would outlive a naive kill
   FAKE_SHM_PREFIX=P         leave a 64 KiB file /dev/shm/P<pid> behind (as torch's psm_* segments)
   FAKE_OOM_BLOCK_SIZE=B     fail start with an out-of-memory error when --block-size is B
-  FAKE_REQUIRE_KEY=1        require VLLM_API_KEY as a bearer token on /v1/*
+  FAKE_REQUIRE_KEY=1        require VLLM_API_KEY as a bearer token on /v1/* (GET /v1/models too, as vLLM)
   FAKE_CHECK_LENGTH=1       answer HTTP 400 with vLLM's error body when prompt words + max_tokens
                             exceed --max-model-len (vLLM checks this per request, after start-up)
   FAKE_TTFT_S=S             a fixed time to first token (e.g. 0 for replayer load tests)
@@ -62,6 +62,7 @@ def _parse() -> argparse.Namespace:
     p.add_argument("--kv-cache-memory-bytes", default="64M")
     p.add_argument("--gpu-memory-utilization", type=float, default=0.92)
     p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--dtype", default="auto")  # float32: 4-byte values, twice the KV bytes a token
     args, _unknown = p.parse_known_args()
     return args
 
@@ -85,7 +86,7 @@ class _State:
         self.itl_s = 0.001
         if not args.enable_prefix_caching:
             self.ttft_s += 0.004
-        if _size_bytes(args.kv_cache_memory_bytes) < 16 * 2**20:  # a starved KV pool: prefixes evicted
+        if _kv_bf16_bytes(args) < 16 * 2**20:  # a starved KV pool: prefixes evicted
             self.ttft_s *= 3.0
         self.ttft_s *= float(os.environ.get("FAKE_TTFT_SCALE") or 1.0)
         jitter = float(os.environ.get("FAKE_RESTART_JITTER") or 0.0)
@@ -105,11 +106,19 @@ def _too_long(prompt_tokens: int, max_tokens: int, max_model_len: int) -> dict[s
     return {"error": {"message": message, "type": "BadRequestError", "param": None, "code": 400}}
 
 
+def _kv_bf16_bytes(args: argparse.Namespace) -> int:
+    """The KV pool in bytes of 2-byte values: under ``--dtype float32`` (as autotune launches the CPU
+    build on x86 without AVX-512, its pool doubled) the same tokens take twice the bytes."""
+    wide = 2 if args.dtype in ("float32", "float") else 1
+    return _size_bytes(args.kv_cache_memory_bytes) // wide
+
+
 def _size_bytes(text: str) -> int:
     """vLLM's sizes: 64M = 64 MiB, 1G = 1 GiB, a plain number = bytes."""
     units = {"K": 2**10, "M": 2**20, "G": 2**30}
     text = str(text).strip()
-    return int(float(text[:-1]) * units[text[-1]]) if text[-1:] in units else int(float(text))
+    unit = text[-1:].upper()
+    return int(float(text[:-1]) * units[unit]) if unit in units else int(float(text))
 
 
 def _make_handler(state: _State):
@@ -144,7 +153,12 @@ def _make_handler(state: _State):
             if self.path == "/health":
                 self._json(200, {})
             elif self.path == "/v1/models":
+                if key and self.headers.get("Authorization") != f"Bearer {key}":
+                    self._json(401, {"error": "Unauthorized"})
+                    return
                 self._json(200, {"data": [{"id": model_name}]})
+            elif self.path == "/version":
+                self._json(200, {"version": "0.0.0-fake"})
             elif self.path == "/metrics":
                 s = state
                 text = (
@@ -270,9 +284,7 @@ def main() -> None:
     if fail:
         print(_FAIL_TEXT[fail], flush=True)
         sys.exit(2 if fail == "bad_flag" else 1)
-    kv_bytes = args.kv_cache_memory_bytes
-    mult = {"K": 2**10, "M": 2**20, "G": 2**30}.get(kv_bytes[-1:].upper(), 1)
-    tokens = int(float(kv_bytes.rstrip("KMGkmg")) * mult) // 2048
+    tokens = _kv_bf16_bytes(args) // 2048
     print(
         f"INFO CPU KV cache size: {tokens:,} tokens, Maximum concurrency for "
         f"{args.max_model_len:,} tokens per request: {tokens / args.max_model_len:.2f}x",
