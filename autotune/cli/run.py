@@ -148,6 +148,8 @@ def open_and_announce(
         )
     for pname, reason in setup.space.unsupported.items():
         console.print(f"[dim]not tuned with profile {setup.profile.name}: {pname}: {reason}[/dim]")
+    for line in setup.space_lines():
+        console.print(line, markup=False, soft_wrap=True)
     for warning in startup_warnings(setup.profile):
         console.print(f"[yellow]{warning}[/yellow]", soft_wrap=True)
     if opened.recovered:
@@ -294,6 +296,8 @@ def _dry_run(setup: TuningSetup, plan: BaselinePlan) -> int:
     previews = preview_commands(setup, samples=samples, seed=seed, reference=plan.reference)
     for pname, reason in setup.space.unsupported.items():
         out.print(f"# not tuned with profile {setup.profile.name}: {pname}: {reason}")
+    for line in setup.space_lines():
+        out.print(f"# {line}", markup=False, soft_wrap=True)
     prior = setup.prior
     for line in prior.lines if prior is not None else ():
         out.print(f"# {line}", soft_wrap=True)

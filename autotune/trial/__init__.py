@@ -5,6 +5,7 @@ sizes checked against the model; and the A/B comparison of two configurations.""
 
 from __future__ import annotations
 
+from autotune.trial._clip import clip_space
 from autotune.trial._compare import ArmSummary, Comparison, compare_configs, config_to_args, significant_gain
 from autotune.trial._evaluator import VllmEvaluator, no_success_reason
 from autotune.trial._fit_requests import check_request_sizes, model_max_len
@@ -44,6 +45,7 @@ __all__ = [
     "VllmEvaluator",
     "check_request_sizes",
     "clamp_space",
+    "clip_space",
     "combine_passes",
     "compare_configs",
     "config_to_args",

@@ -176,16 +176,7 @@ class Prior:
 
 
 def _values_of(p: Parameter) -> list[Any]:
-    if p.type == "categorical" and p.choices:
-        return list(p.choices)
-    if p.type == "bool":
-        return [True, False]
-    if p.low is None or p.high is None:
-        return []
-    step = p.step or (p.high - p.low) / 9
-    n = round((p.high - p.low) / step)
-    vals = [p.low + i * step for i in range(n + 1)]
-    return [round(v) if p.type == "int" else round(v, 6) for v in vals]
+    return p.grid()
 
 
 def _defaults(space: SearchSpace) -> dict[str, Any]:
