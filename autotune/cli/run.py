@@ -41,6 +41,7 @@ from autotune.tuning import (
     plan_groups,
     record_effective_study,
     run_parallel,
+    space_change_note,
     study_hooks,
 )
 
@@ -70,6 +71,8 @@ def run(spec: StudySpec) -> None:
             st, sdir = open_and_announce(setup, name, spec.storage, spec.studies_dir, spec.seed, plan)
             for diff in check_fingerprint(st, setup, refuse=False):  # recorded for `autotune worker --study`
                 console.print(f"this run differs from the study's: {diff}", style="yellow", markup=False)
+            if note := space_change_note(st, setup):
+                console.print(note, style="yellow", markup=False, soft_wrap=True)
             evaluator = _measure(st, setup, sdir, groups, leases)
             _report_and_export(st, setup, evaluator, sdir)
         if baseline_trial(st) is None:

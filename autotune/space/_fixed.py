@@ -68,9 +68,9 @@ def _outside(p: Parameter, value: Scalar | None) -> str:
         return ""
     if p.choices is not None and value not in p.choices:
         return f"; not one of the space's choices {list(p.choices)}: used as you set it"
-    if p.low is not None and p.high is not None and isinstance(value, int | float):
-        if not p.low <= value <= p.high:
-            return f"; outside the space's range {p.low:g}..{p.high:g}: used as you set it"
+    low, high = p.low, p.high
+    if low is not None and high is not None and isinstance(value, int | float) and not low <= value <= high:
+        return f"; outside the space's range {low:g}..{high:g}: used as you set it"
     return ""
 
 

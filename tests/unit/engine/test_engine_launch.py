@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from autotune.engine import LaunchSpec
@@ -103,27 +105,49 @@ def test_module_launcher_takes_the_model_as_a_flag() -> None:
     assert rest.count("/models/tiny") == 1
 
 
-def test_tuned_flags_override_fixed_flags_of_the_same_name_including_no_forms() -> None:
+def test_fixed_flags_win_over_rendered_flags_of_the_same_name_however_spelled() -> None:
+    """Fixed means fixed: a configuration from elsewhere (an export, an older study's trial) that
+    renders a flag the user fixed does not change it; ``--x_y``, ``--x-y`` and ``--no-x`` are one flag."""
     spec = LaunchSpec(
         model="m",
         fixed_args=(
-            ("--block-size", "16"),
+            ("--block_size", "16"),
             ("--enable-prefix-caching", None),
             ("--no-enable-chunked-prefill", None),
             ("--max-model-len", "2048"),
         ),
     )
     rendered = RenderedConfig(
-        args=("--block-size", "32", "--no-enable-prefix-caching", "--enable-chunked-prefill")
+        args=(
+            "--block-size",
+            "32",
+            "--no-enable-prefix-caching",
+            "--enable-chunked-prefill",
+            "--max-num-seqs",
+            "8",
+        )
     )
     argv = build_argv(spec, rendered, 9000)
-    assert argv.count("--block-size") == 1
-    assert argv[argv.index("--block-size") + 1] == "32"
-    assert "--enable-prefix-caching" not in argv
-    assert "--no-enable-prefix-caching" in argv
-    assert "--no-enable-chunked-prefill" not in argv
-    assert "--enable-chunked-prefill" in argv
+    assert argv.count("--block_size") == 1 and "--block-size" not in argv
+    assert argv[argv.index("--block_size") + 1] == "16"
+    assert "--enable-prefix-caching" in argv and "--no-enable-prefix-caching" not in argv
+    assert "--no-enable-chunked-prefill" in argv and "--enable-chunked-prefill" not in argv
     assert argv[argv.index("--max-model-len") + 1] == "2048"
+    assert argv[-2:] == ["--max-num-seqs", "8"]  # what the user did not fix is rendered
+
+
+def test_a_fixed_json_flag_takes_the_rendered_fields_it_does_not_set() -> None:
+    fixed = '{"kv_connector": "OffloadingConnector", "kv_role": "kv_both", "kv_connector_extra_config": {"block_size": 256}}'
+    spec = LaunchSpec(model="m", fixed_args=(("--kv-transfer-config", fixed),))
+    tuned = '{"kv_connector": "X", "kv_connector_extra_config": {"block_size": 64, "eviction_policy": "arc"}}'
+    argv = build_argv(spec, RenderedConfig(args=("--kv-transfer-config", tuned)), 9000)
+    assert argv.count("--kv-transfer-config") == 1
+    merged = json.loads(argv[argv.index("--kv-transfer-config") + 1])
+    assert merged == {
+        "kv_connector": "OffloadingConnector",
+        "kv_role": "kv_both",
+        "kv_connector_extra_config": {"block_size": 256, "eviction_policy": "arc"},
+    }
 
 
 def test_fixed_flags_survive_when_nothing_tunes_them() -> None:
