@@ -166,24 +166,28 @@ def _default_inductor_dir() -> str:
 
 
 def build_argv(spec: LaunchSpec, rendered: RenderedConfig, port: int) -> list[str]:
-    """The full command. Fixed flags are kept as given: a rendered flag the user fixed is dropped,
-    except a JSON-valued one (``--kv-transfer-config``), whose fields are added to the fixed
-    object where the user set none (the user's fields win)."""
+    """The full command. A study never renders a flag the user fixed (``fix_space`` takes its
+    parameter out of the search); a configuration given whole (``compare --config``, a pinned
+    trial) overrides a fixed flag of the same name. A JSON-valued flag (``--kv-transfer-config``)
+    the user fixed is one object: the rendered fields are added where the user set none."""
     fixed = [(name, value) for name, value in spec.fixed_args]
     stems = {flag_stem(name): i for i, (name, _) in enumerate(fixed)}
     tuned: list[tuple[str, str | None]] = []
+    overridden: set[int] = set()
     for name, value in flag_pairs(rendered.args):
         at = stems.get(flag_stem(name))
-        if at is None:
-            tuned.append((name, value))
-            continue
-        merged = _merged_json(fixed[at][1], value)
-        if merged is not None:
+        merged = _merged_json(fixed[at][1], value) if at is not None else None
+        if at is not None and merged is not None:
             fixed[at] = (fixed[at][0], merged)
+            continue
+        if at is not None:
+            overridden.add(at)
+        tuned.append((name, value))
+    kept = [pair for i, pair in enumerate(fixed) if i not in overridden]
     argv = list(spec.launcher)
     argv += [spec.model] if spec.model_positional else ["--model", spec.model]
     argv += ["--host", spec.host, "--port", str(port)]
-    return argv + flags_to_argv(fixed) + flags_to_argv(tuned)
+    return argv + flags_to_argv(kept) + flags_to_argv(tuned)
 
 
 def _merged_json(fixed: str | None, rendered: str | None) -> str | None:
