@@ -16,7 +16,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from autotune.space._argv import FlagPairs, flag_stem
-from autotune.space._model import Condition, Parameter, Scalar, SearchSpace, json_keys
+from autotune.space._model import Parameter, Scalar, SearchSpace, json_keys
+from autotune.space._profile import condition_text
 
 __all__ = ["fix_space"]
 
@@ -115,14 +116,6 @@ def _fixed_by_user(
     return None
 
 
-def _condition_text(c: Condition) -> str:
-    parts = [f"= {c.equals}"] if c.equals is not None else []
-    parts += [f"!= {c.not_equals}"] if c.not_equals is not None else []
-    parts += [f"> {c.greater_than:g}"] if c.greater_than is not None else []
-    parts += [f"in {list(c.one_of)}"] if c.one_of is not None else []
-    return " and ".join(parts)
-
-
 def fix_space(space: SearchSpace, fixed: FlagPairs) -> SearchSpace:
     """``space`` less what ``fixed`` (the user's fixed flags) sets; conditions on it resolved. Pure."""
     by_stem = {flag_stem(name): (name, value) for name, value in fixed}  # a flag given twice: the last
@@ -140,6 +133,6 @@ def fix_space(space: SearchSpace, fixed: FlagPairs) -> SearchSpace:
         if dep.fixed_value is not None and c.holds(dep.fixed_value):
             params[name] = p.model_copy(update={"condition": None})
         else:
-            why = f"off: it needs {c.param} {_condition_text(c)}, and {c.param} is {dep.fixed}"
+            why = f"off: tuned only when {c.param} is {condition_text(c)}, and {c.param} is {dep.fixed}"
             params[name] = p.model_copy(update={"fixed": why})
     return space.model_copy(update={"parameters": params})

@@ -77,7 +77,10 @@ def test_a_fixed_memory_share_outside_the_range_is_kept_and_a_fixed_pool_of_zero
         "not tuned: gpu_memory_utilization: fixed by you (--gpu-memory-utilization 0.15); outside the "
         "space's range 0.5..0.95: used as you set it"
     ) in out
-    assert "not tuned: offload_block_size: off: it needs cpu_swap_space_gb > 0" in out
+    assert (
+        "not tuned: offload_block_size: off: tuned only when cpu_swap_space_gb is > 0, and cpu_swap_space_gb is fixed by you (--kv-offloading-size 0)"
+        in out
+    )
     assert "not tuned: offload_eviction_policy: off" in out
     for command in _commands(out):
         assert _values(command, "--gpu-memory-utilization") == ["0.15"], command
