@@ -178,7 +178,10 @@ def resolve_spec(
         return _validate(values, file)
 
 
-_MERGED = ("engine_args",)  # lists of vLLM flags: a later layer adds to them, a flag given again replaces it
+_MERGED = (
+    "engine_args",
+    "baseline_args",
+)  # lists of vLLM flags: a later layer adds to them, a flag given again replaces it
 
 
 def _merge(base: Any, added: Any) -> Any:

@@ -113,6 +113,8 @@ def study_fingerprint(setup: TuningSetup) -> dict[str, dict[str, str]]:
     tuned = sorted(setup.space.tunable)  # less what the user fixed
     space = _space_bytes(setup) if setup.space_path.exists() else b""
     fixed = " ".join(setup.fixed_argv)
+    if setup.choices.baseline_args:  # older studies have none: their hash is unchanged
+        fixed += " baseline " + " ".join(setup.choices.baseline_args)
     wl = Path(setup.workload.path)
     wl_bytes = wl.read_bytes() if wl.exists() else b""
     replay = f"sample={c.sample} seed={c.seed} arrivals={setup.arrival.describe()} warmup={c.warmup} history={c.history}"

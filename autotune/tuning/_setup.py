@@ -211,7 +211,7 @@ class TuningSetup:
     def check_fixed_flags(self) -> None:
         """The fixed flags, once, by the engine's own parser: a bad one fails the run up front."""
         checker = self.checker()
-        if checker is None or not self.fixed:
+        if checker is None or not self.launch.fixed_args:
             return
         result = checker.check(self.engine_argv())
         if not result.ok:
@@ -281,18 +281,20 @@ def _build(choices: StudySpec, engine: Engine) -> TuningSetup:
     profile, note = engine.select_profile(choices.profile, preview=choices.dry_run)
     space_path = choices.space or engine.default_space(profile)
     fixed = engine.parse_fixed_args(list(choices.engine_args))
+    # the baseline's own values: in every command (before the tuned flags, which override them), not fixed
+    baseline_flags = engine.parse_fixed_args(list(choices.baseline_args))
     space = fix_space(apply_profile(load_search_space(space_path, opt_in=choices.opt_in), profile), fixed)
     slos = dict(parse_slo(s) for s in choices.slo)
     objective = Objective(
         metric=choices.objective, min_throughput_ratio=choices.min_throughput_ratio, slos_ms=slos
     )
-    wl = check_request_sizes(wl, choices.model, fixed, skip_bad_lines=choices.skip_bad_lines)
+    wl = check_request_sizes(wl, choices.model, fixed + baseline_flags, skip_bad_lines=choices.skip_bad_lines)
     arrival = arrival_spec(choices, wl)
     pass_plan = parse_passes(choices.passes)
     launch = LaunchSpec(
         model=choices.model,
         launcher=tuple(choices.launcher.split()) if choices.launcher else engine.default_launcher(),
-        fixed_args=fixed,
+        fixed_args=fixed + baseline_flags,
         api_key=_api_key(choices.api_key_env),
         api_key_env=choices.api_key_env,  # the key's source variable: never passed to the engine
         pass_env=tuple(choices.engine_pass_env),
