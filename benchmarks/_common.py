@@ -48,9 +48,11 @@ BENCH_LAYERS = 8
 # configuration with this pool is short of KV for a prefix-heavy workload. The search space may
 # raise --kv-cache-memory-bytes (search_spaces/cpu.yaml: 8-128 MiB; 8 and 16 MiB are too small
 # for one 2048-token request of this model and fail to start: infeasible trials, as data).
-FIXED_ARGS: tuple[str, ...] = ("--enforce-eager", "--max-model-len=2048", "--kv-cache-memory-bytes=20M")
+# The pool is the baseline's value (--baseline-arg), not fixed: a fixed flag is not tuned.
+BASELINE_ARGS: tuple[str, ...] = ("--kv-cache-memory-bytes=20M",)
+FIXED_ARGS: tuple[str, ...] = ("--enforce-eager", "--max-model-len=2048")
 # The fake server (tests/fakes/fake_vllm.py) takes the same flags and ignores what it does not know.
-QUICK_FIXED_ARGS: tuple[str, ...] = ("--max-model-len=2048", "--kv-cache-memory-bytes=20M")
+QUICK_FIXED_ARGS: tuple[str, ...] = ("--max-model-len=2048",)
 
 log = logging.getLogger("benchmarks")
 
@@ -109,7 +111,8 @@ def fake_engine(root: Path, start_delay_s: float) -> tuple[str, str]:
 
 
 def fixed_args(*, quick: bool) -> tuple[str, ...]:
-    return QUICK_FIXED_ARGS if quick else FIXED_ARGS
+    """The flags of the baseline, as the results record them: the fixed ones, then the baseline's pool."""
+    return (*(QUICK_FIXED_ARGS if quick else FIXED_ARGS), *BASELINE_ARGS)
 
 
 def tuning_choices(
@@ -132,7 +135,8 @@ def tuning_choices(
         model=model,
         profile=None if quick else "cpu",
         space=space,
-        engine_args=(*fixed_args(quick=quick), *extra_args),
+        engine_args=(*(QUICK_FIXED_ARGS if quick else FIXED_ARGS), *extra_args),
+        baseline_args=BASELINE_ARGS,
         launcher=" ".join(FAKE_LAUNCHER) if quick else None,
         startup_timeout=60 if quick else 300,
         speed=speed,

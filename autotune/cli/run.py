@@ -41,6 +41,7 @@ from autotune.tuning import (
     plan_groups,
     record_effective_study,
     run_parallel,
+    space_change_note,
     study_hooks,
 )
 
@@ -70,6 +71,8 @@ def run(spec: StudySpec) -> None:
             st, sdir = open_and_announce(setup, name, spec.storage, spec.studies_dir, spec.seed, plan)
             for diff in check_fingerprint(st, setup, refuse=False):  # recorded for `autotune worker --study`
                 console.print(f"this run differs from the study's: {diff}", style="yellow", markup=False)
+            if note := space_change_note(st, setup):
+                console.print(note, style="yellow", markup=False, soft_wrap=True)
             evaluator = _measure(st, setup, sdir, groups, leases)
             _report_and_export(st, setup, evaluator, sdir)
         if baseline_trial(st) is None:
@@ -148,6 +151,8 @@ def open_and_announce(
         )
     for pname, reason in setup.space.unsupported.items():
         console.print(f"[dim]not tuned with profile {setup.profile.name}: {pname}: {reason}[/dim]")
+    for line in setup.space_lines():
+        console.print(line, markup=False, soft_wrap=True)
     for warning in startup_warnings(setup.profile):
         console.print(f"[yellow]{warning}[/yellow]", soft_wrap=True)
     if opened.recovered:
@@ -294,6 +299,8 @@ def _dry_run(setup: TuningSetup, plan: BaselinePlan) -> int:
     previews = preview_commands(setup, samples=samples, seed=seed, reference=plan.reference)
     for pname, reason in setup.space.unsupported.items():
         out.print(f"# not tuned with profile {setup.profile.name}: {pname}: {reason}")
+    for line in setup.space_lines():
+        out.print(f"# {line}", markup=False, soft_wrap=True)
     prior = setup.prior
     for line in prior.lines if prior is not None else ():
         out.print(f"# {line}", soft_wrap=True)

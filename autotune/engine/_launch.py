@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import getpass
+import json
 import os
 import re
-import shlex
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -14,7 +14,15 @@ from pathlib import Path
 
 from autotune.engine._environ import engine_environ
 from autotune.errors import ConfigError
-from autotune.space import FlagPairs, RenderedConfig, flag_pairs
+from autotune.space import (
+    FlagPairs,
+    RenderedConfig,
+    flag_pairs,
+    flag_stem,
+    flags_to_argv,
+    merge_json,
+    split_engine_arg,
+)
 
 __all__ = [
     "CACHE_ENV_DIRS",
@@ -51,33 +59,11 @@ CACHE_ENV_DIRS: tuple[tuple[str, str], ...] = (
 _SECRET_FLAGS = {"--api-key"}
 
 
-def _split_item(item: str) -> list[str]:
-    """One ``--engine-arg`` value into tokens. ``--x=VALUE`` and ``--x VALUE`` keep VALUE whole
-    (JSON stays JSON); several flags in one item (``--a 1 --b``) are split like a shell would."""
-    item = item.strip()
-    if not item.startswith("-"):
-        return [item]  # a value on its own (the previous item was its flag): kept whole
-    if item.startswith("--") and "=" in item.split(None, 1)[0]:
-        name, value = item.split("=", 1)
-        return [name, value]
-    parts = item.split(None, 1)
-    if len(parts) == 2 and parts[0].startswith("--") and not parts[1].lstrip().startswith("--"):
-        value = parts[1].strip()
-        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
-            value = value[1:-1]
-        if " --" not in value or value.startswith("{"):
-            return [parts[0], value]
-    try:
-        return shlex.split(item)
-    except ValueError as exc:
-        raise ConfigError(f"--engine-arg: cannot read {item!r}: {exc} (fix: balance the quotes)") from exc
-
-
 def parse_engine_args(raw: Sequence[str]) -> FlagPairs:
     """Normalise ``--engine-arg`` values (``--x=1``, ``--x 1``, ``--flag``) into (flag, value) pairs."""
     tokens: list[str] = []
     for item in raw:
-        tokens.extend(_split_item(item))
+        tokens.extend(split_engine_arg(item))
     try:
         pairs = flag_pairs(tokens)
     except ValueError as exc:
@@ -179,22 +165,37 @@ def _default_inductor_dir() -> str:
     return str(Path(tempfile.gettempdir()) / ("torchinductor_" + re.sub(r'[\\/:*?"<>|]', "_", user)))
 
 
-def _flag_stem(flag: str) -> str:
-    flag = flag.replace("_", "-")  # vLLM's parser reads --gpu_memory_utilization as --gpu-memory-utilization
-    return flag[5:] if flag.startswith("--no-") else flag[2:]
-
-
 def build_argv(spec: LaunchSpec, rendered: RenderedConfig, port: int) -> list[str]:
-    """The full command. Tuned flags override fixed flags of the same name."""
-    tuned = {_flag_stem(f) for f in rendered.flag_names()}
+    """The full command. A study never renders a flag the user fixed (``fix_space`` takes its
+    parameter out of the search); a configuration given whole (``compare --config``, a pinned
+    trial) overrides a fixed flag of the same name. A JSON-valued flag (``--kv-transfer-config``)
+    the user fixed is one object: the rendered fields are added where the user set none."""
+    fixed = [(name, value) for name, value in spec.fixed_args]
+    stems = {flag_stem(name): i for i, (name, _) in enumerate(fixed)}
+    tuned: list[tuple[str, str | None]] = []
+    overridden: set[int] = set()
+    for name, value in flag_pairs(rendered.args):
+        at = stems.get(flag_stem(name))
+        merged = _merged_json(fixed[at][1], value) if at is not None else None
+        if at is not None and merged is not None:
+            fixed[at] = (fixed[at][0], merged)
+            continue
+        if at is not None:
+            overridden.add(at)
+        tuned.append((name, value))
+    kept = [pair for i, pair in enumerate(fixed) if i not in overridden]
     argv = list(spec.launcher)
     argv += [spec.model] if spec.model_positional else ["--model", spec.model]
     argv += ["--host", spec.host, "--port", str(port)]
-    for name, value in spec.fixed_args:
-        if _flag_stem(name) in tuned:
-            continue
-        argv.append(name)
-        if value is not None:
-            argv.append(value)
-    argv += rendered.args
-    return argv
+    return argv + flags_to_argv(kept) + flags_to_argv(tuned)
+
+
+def _merged_json(fixed: str | None, rendered: str | None) -> str | None:
+    """``rendered``'s JSON fields added to the ``fixed`` object (None: either is not a JSON object)."""
+    try:
+        mine, theirs = json.loads(fixed or ""), json.loads(rendered or "")
+    except ValueError:
+        return None
+    if not isinstance(mine, dict) or not isinstance(theirs, dict):
+        return None
+    return json.dumps(merge_json(mine, theirs), sort_keys=True)

@@ -44,7 +44,8 @@ class EngineSizing:
 
 
 def _flags(argv: Sequence[str]) -> dict[str, str | None]:
-    return dict(flag_pairs(argv, positional=[]))
+    """Flag -> value, each flag spelled with dashes (vLLM reads ``--block_size`` as ``--block-size``)."""
+    return {name.replace("_", "-"): value for name, value in flag_pairs(argv, positional=[])}
 
 
 def sizing_from_argv(argv: Sequence[str], platform: Literal["cuda", "cpu"]) -> EngineSizing:

@@ -2,16 +2,25 @@
 
 from __future__ import annotations
 
-from autotune.space._argv import FlagPairs, flag_pairs, flags_to_argv
+from autotune.space._argv import (
+    FlagPairs,
+    flag_pairs,
+    flag_stem,
+    flags_to_argv,
+    merge_flag_items,
+    split_engine_arg,
+)
+from autotune.space._fixed import fix_space
 from autotune.space._load import load_search_space
-from autotune.space._model import PROFILE_NAMES, Condition, Parameter, RenderTarget, SearchSpace
+from autotune.space._model import PROFILE_NAMES, Condition, FixedBy, Parameter, RenderTarget, SearchSpace
 from autotune.space._profile import EngineProfileLike, apply_profile, describe_target
-from autotune.space._render import RenderedConfig, describe_values, render_values
+from autotune.space._render import RenderedConfig, describe_values, merge_json, render_values
 
 __all__ = [
     "PROFILE_NAMES",
     "Condition",
     "EngineProfileLike",
+    "FixedBy",
     "FlagPairs",
     "Parameter",
     "RenderTarget",
@@ -20,8 +29,13 @@ __all__ = [
     "apply_profile",
     "describe_target",
     "describe_values",
+    "fix_space",
     "flag_pairs",
+    "flag_stem",
     "flags_to_argv",
     "load_search_space",
+    "merge_flag_items",
+    "merge_json",
     "render_values",
+    "split_engine_arg",
 ]

@@ -19,7 +19,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-__all__ = ["PROFILE_NAMES", "Condition", "Parameter", "ProfileName", "RenderTarget", "SearchSpace"]
+__all__ = ["PROFILE_NAMES", "Condition", "FixedBy", "Parameter", "ProfileName", "RenderTarget", "SearchSpace"]
 
 Scalar = int | float | str | bool
 # Engine profiles a ``render:`` mapping may name (see autotune/engine/_profiles.py).
@@ -73,6 +73,22 @@ class Condition(_Strict):
         ):
             return False
         return not (self.one_of is not None and value not in self.one_of)
+
+
+class FixedBy(_Strict):
+    """Another way a user sets what a parameter tunes: a flag, or a field of a JSON-valued flag."""
+
+    flag: str | None = None
+    json_flag: str | None = None
+    json_path: JsonPath | None = None
+    divisor: float = Field(
+        default=1.0, gt=0, description="the field's value / this = the parameter's (bytes -> GiB)"
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> FixedBy:
+        _check_target(self.flag, None, self.json_flag, self.json_path, required=True)
+        return self
 
 
 class RenderTarget(_Strict):
@@ -133,6 +149,15 @@ class Parameter(_Strict):
         description="why it is off unless the user enables it (e.g. it changes numerics); printed with its value",
     )
     opted_in: bool = Field(default=False, description="an opt-in parameter the user enabled")
+    fixed_by: tuple[FixedBy, ...] = Field(
+        default=(),
+        description="other flags or JSON fields that set the same thing (a user fixing one fixes it)",
+    )
+    # Set by :func:`autotune.space.fix_space`, not in a space file: why the user's fixed flags take it
+    # out of the search ("fixed by you (--block-size 32)"), and the value they fix (None: unreadable,
+    # or the parameter is off because of another fixed value).
+    fixed: str | None = None
+    fixed_value: Scalar | None = None
 
     @model_validator(mode="after")
     def _check(self) -> Parameter:
@@ -185,6 +210,20 @@ class Parameter(_Strict):
         if not isinstance(off, int | float) or not low <= off <= high:
             raise ValueError(f"off_value {off!r} is outside low..high ({low:g}..{high:g})")
 
+    def grid(self) -> list[Scalar]:
+        """The values a search over this parameter would try: its choices, both booleans, or a range
+        on its step (ten points when it has none)."""
+        if self.type == "categorical" and self.choices:
+            return list(self.choices)
+        if self.type == "bool":
+            return [True, False]
+        if self.low is None or self.high is None:
+            return []
+        step = self.step or (self.high - self.low) / 9 or 1.0
+        n = round((self.high - self.low) / step)
+        vals = [self.low + i * step for i in range(n + 1)]
+        return [round(v) if self.type == "int" else round(v, 6) for v in vals]
+
     @property
     def has_target(self) -> bool:
         return any(x is not None for x in (self.flag, self.env, self.json_flag))
@@ -195,7 +234,12 @@ class Parameter(_Strict):
 
     @property
     def tunable(self) -> bool:
-        return self.unsupported is None and self.has_target and (self.opt_in is None or self.opted_in)
+        return (
+            self.unsupported is None
+            and self.fixed is None
+            and self.has_target
+            and (self.opt_in is None or self.opted_in)
+        )
 
     @property
     def unsupported_reason(self) -> str | None:
@@ -262,4 +306,19 @@ class SearchSpace(_Strict):
 
     @property
     def unsupported(self) -> dict[str, str]:
-        return {k: r for k, v in self.parameters.items() if (r := v.unsupported_reason) is not None}
+        """Parameters this engine cannot tune, with the reason (those the user fixed: :attr:`fixed`)."""
+        return {
+            k: r
+            for k, v in self.parameters.items()
+            if v.fixed is None and (r := v.unsupported_reason) is not None
+        }
+
+    @property
+    def fixed(self) -> dict[str, str]:
+        """Parameters the user's fixed flags take out of the search, with why (``fixed by you (...)``)."""
+        return {k: v.fixed for k, v in self.parameters.items() if v.fixed is not None}
+
+    @property
+    def fixed_values(self) -> dict[str, Scalar]:
+        """The values the user fixed, in each parameter's own unit (where readable)."""
+        return {k: v.fixed_value for k, v in self.parameters.items() if v.fixed_value is not None}

@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from autotune.space._model import Parameter, SearchSpace
+from autotune.space._model import Condition, Parameter, SearchSpace
 from autotune.space._render import merge_json
 
-__all__ = ["EngineProfileLike", "apply_profile", "describe_target"]
+__all__ = ["EngineProfileLike", "apply_profile", "condition_text", "describe_target"]
 
 _TARGET_KEYS = ("flag", "env", "json_flag", "json_path", "format", "json_base")
 
@@ -92,13 +92,12 @@ def describe_target(p: Parameter) -> str:
     if p.off_value is not None:
         how += f"; {p.off_value} = off (nothing rendered)"
     if p.condition is not None:
-        how += f"; only when {p.condition.param} is {_condition_text(p)}"
+        how += f"; only when {p.condition.param} is {condition_text(p.condition)}"
     return how
 
 
-def _condition_text(p: Parameter) -> str:
-    c = p.condition
-    assert c is not None
+def condition_text(c: Condition) -> str:
+    """What a condition asks of its parameter: ``> 0``, ``not 0 and one of [8, 16]``."""
     parts = []
     if c.equals is not None:
         parts.append(f"{c.equals}")

@@ -23,6 +23,7 @@ import yaml
 from pydantic import ValidationError
 
 from autotune.errors import ConfigError
+from autotune.space import merge_flag_items
 from autotune.spec._model import COMMANDS, StudySpec
 
 __all__ = [
@@ -157,19 +158,40 @@ def resolve_spec(
     file: StudyFile | None = None,
     recorded: Mapping[str, Any] | None = None,
 ) -> StudySpec:
-    """The effective study of one command: defaults < recorded < file < flags."""
+    """The effective study of one command: defaults < recorded < file < flags. ``engine_args`` of a
+    later layer are added to the earlier ones' (a flag given again replaces only that flag)."""
     values: dict[str, Any] = {}
     for name in StudySpec.model_fields:
         per_command = field_meta(name).get("defaults", {})
         if command in per_command:
             values[name] = per_command[command]
     for layer in (recorded or {}, file.values if file else {}, flags):
-        values.update({k: v for k, v in layer.items() if k in StudySpec.model_fields})
+        for k, v in layer.items():
+            if k in _MERGED and values.get(k) and v is not None:
+                values[k] = _merge(values[k], v)  # a flag adds to the file's list
+            elif k in StudySpec.model_fields:
+                values[k] = v
     try:
         return StudySpec.model_validate(values)
     except ValidationError:
         _validate(flags, None)  # a flag's own error first, named as the flag
         return _validate(values, file)
+
+
+_MERGED = (
+    "engine_args",
+    "baseline_args",
+)  # lists of vLLM flags: a later layer adds to them, a flag given again replaces it
+
+
+def _merge(base: Any, added: Any) -> Any:
+    """Two layers' ``engine_args``: ``added`` on top of ``base`` (see :func:`autotune.space.merge_flag_items`)."""
+    if not isinstance(base, list | tuple) or not isinstance(added, list | tuple):
+        return added  # not a list: the model's own check names it
+    try:
+        return merge_flag_items([str(x) for x in base], [str(x) for x in added])
+    except ConfigError:
+        return added  # unreadable: left to the engine's own reading, which names it
 
 
 def study_record(spec: StudySpec) -> dict[str, Any]:

@@ -117,8 +117,15 @@ class StudySpec(BaseModel):
         "numerics).", commands=_STUDY, flag="--opt-in", fingerprint=True,
     )  # fmt: skip
     engine_args: tuple[str, ...] = _opt(
-        (), "Fixed vLLM flag, not tuned (repeatable), e.g. --engine-arg=--max-model-len=4096. A fixed flag that "
-        "the space also tunes is the baseline's value.", flag="--engine-arg", fingerprint=True,
+        (), "Fixed vLLM flag, not tuned (repeatable), e.g. --engine-arg=--max-model-len=4096: a parameter of the "
+        "space that it sets is left out of the search. Given as a flag, it adds to the study file's engine_args "
+        "(a flag the file sets already gets the new value).", flag="--engine-arg", fingerprint=True,
+    )  # fmt: skip
+    baseline_args: tuple[str, ...] = _opt(
+        (), "vLLM flag of the baseline that the search may change (repeatable), e.g. "
+        "--baseline-arg=--kv-cache-memory-bytes=20M: the value you run today, in every command until a trial "
+        "tunes that flag. Unlike --engine-arg, it leaves the parameter in the search.", flag="--baseline-arg",
+        fingerprint=True,
     )  # fmt: skip
     launcher: str | None = _opt(
         None, "Command that starts vLLM before the model and flags. Default: 'vllm serve' on the GPU build, "

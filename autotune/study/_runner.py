@@ -39,6 +39,7 @@ from autotune.study._record import (
     constraints_hold,
     read_record,
 )
+from autotune.study._recorded_choices import with_recorded_choices
 
 __all__ = ["StudyRunner", "TrialHooks", "TrialReport", "run_study"]
 
@@ -230,7 +231,7 @@ def run_study(
     ``overlap``: overlapped starts (:mod:`autotune.study._lookahead`); ``twin_scope``: with
     ``reuse_duplicates=False``, twins whose attributes hold these values are still reused."""
     measure = TrialMeasure(
-        space=space,
+        space=with_recorded_choices(study, space),
         evaluator=evaluator,
         objective=objective,
         gates=gates

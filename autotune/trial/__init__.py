@@ -5,6 +5,7 @@ sizes checked against the model; and the A/B comparison of two configurations.""
 
 from __future__ import annotations
 
+from autotune.trial._clip import clip_space
 from autotune.trial._compare import (
     ArmSummary,
     Comparison,
@@ -52,6 +53,7 @@ __all__ = [
     "VllmEvaluator",
     "check_request_sizes",
     "clamp_space",
+    "clip_space",
     "combine_passes",
     "compare_configs",
     "compare_recorded",

@@ -85,9 +85,14 @@ class MemoryGuard:
     def sizing(self, engine_argv: Sequence[str]) -> EngineSizing:
         return self.sizing_fn(engine_argv, self.platform)
 
-    def check(self, engine_argv: Sequence[str]) -> FeasibilityVerdict:
+    def facts(self) -> MachineFacts:
+        """The machine as this guard sees it now (one reading: pass it to several :meth:`check` calls)."""
+        return read_machine_facts(self.probe)
+
+    def check(self, engine_argv: Sequence[str], facts: MachineFacts | None = None) -> FeasibilityVerdict:
+        """Would this command fit the machine (``facts``: one reading of it; default: read now)?"""
         request = self._request(engine_argv)
-        facts = read_machine_facts(self.probe)
+        facts = facts if facts is not None else read_machine_facts(self.probe)
         ranks = parallel_ranks(engine_argv)
         if self.platform != "cuda" or (ranks == 1 and self.gpus is None):
             return check_feasibility(request, facts, host_share=self.host_share)  # the first visible GPU

@@ -14,6 +14,7 @@ from autotune.tuning._fingerprint import (
     check_fingerprint,
     effective_fingerprint,
     record_effective_study,
+    space_change_note,
     study_fingerprint,
 )
 from autotune.tuning._gpus import GpuGroup, for_gpus, on_gpus, parse_gpus, plan_groups, record_devices
@@ -70,6 +71,7 @@ __all__ = [
     "record_effective_study",
     "run_parallel",
     "run_worker",
+    "space_change_note",
     "study_choices",
     "study_directory",
     "study_fingerprint",

@@ -30,6 +30,7 @@ __all__ = [
     "from_jsonable",
     "record_effective_study",
     "recorded_choices",
+    "space_change_note",
     "study_fingerprint",
     "to_jsonable",
 ]
@@ -106,10 +107,14 @@ def _model_sha(model: str) -> str:
 
 def study_fingerprint(setup: TuningSetup) -> dict[str, dict[str, str]]:
     """What a study measures, hashed: the space (file, profile, fixed flags), the workload as replayed
-    (file, sample, arrivals, warm-up, history) and the model (its config and weight files)."""
+    (file, sample, arrivals, warm-up, history), the model (its config and weight files) and the
+    parameters it tunes (the space less what the user fixed)."""
     c = setup.choices
+    tuned = sorted(setup.space.tunable)  # less what the user fixed
     space = _space_bytes(setup) if setup.space_path.exists() else b""
     fixed = " ".join(setup.fixed_argv)
+    if setup.choices.baseline_args:  # older studies have none: their hash is unchanged
+        fixed += " baseline " + " ".join(setup.choices.baseline_args)
     wl = Path(setup.workload.path)
     wl_bytes = wl.read_bytes() if wl.exists() else b""
     replay = f"sample={c.sample} seed={c.seed} arrivals={setup.arrival.describe()} warmup={c.warmup} history={c.history}"
@@ -123,6 +128,7 @@ def study_fingerprint(setup: TuningSetup) -> dict[str, dict[str, str]]:
             "what": f"{wl.name} ({len(setup.workload)} requests, {setup.arrival.describe()})",
         },
         "model": {"sha": _model_sha(setup.model), "what": setup.model},
+        "tuned": {"sha": _sha(*tuned), "what": f"tuned {', '.join(tuned) or 'nothing'}"},
     }
 
 
@@ -173,6 +179,26 @@ def check_fingerprint(study: optuna.Study, setup: TuningSetup, *, refuse: bool =
             "(fix: give this worker the study's space, workload, flags and model, or use a new --study name)"
         )
     return diffs
+
+
+def space_change_note(study: optuna.Study, setup: TuningSetup) -> str | None:
+    """One line when a study recorded before fixed flags left the search has tuned parameters that this
+    run's fixed flags now fix (its earlier trials keep their values). The study's fingerprint then
+    records the tuned set, so the line is said once."""
+    recorded = study.user_attrs.get(FINGERPRINT_ATTR)
+    if not isinstance(recorded, dict) or "tuned" in recorded:
+        return None
+    tuned_before = {n for t in study.get_trials(deepcopy=False) for n in t.params}
+    now_fixed = {n: why for n, why in setup.space.fixed.items() if n in tuned_before}
+    study.set_user_attr(FINGERPRINT_ATTR, {**recorded, "tuned": study_fingerprint(setup)["tuned"]})
+    if not now_fixed:
+        return None
+    return (
+        f"study {study.study_name!r} was recorded when fixed flags were still tuned: its trials tuned "
+        + ", ".join(f"{n} (now {why})" for n, why in now_fixed.items())
+        + "; new trials keep your values, earlier ones keep theirs (fix: a new --study name to search only "
+        "the rest)"
+    )
 
 
 def record_effective_study(study: optuna.Study, setup: TuningSetup) -> str:

@@ -113,7 +113,7 @@ def parse_gpus(text: str) -> tuple[int, ...] | None:
 
 def engine_gpus(setup: TuningSetup) -> int:
     """GPUs one engine may occupy: tensor x pipeline parallel size, each the fixed flag's or the
-    largest the space may pick (a tuned flag overrides the fixed one)."""
+    largest the space may pick (a flag the user fixed is not tuned)."""
     fixed = setup.fixed_argv
     sizes = []
     for flags in (TP_FLAGS, PP_FLAGS):

@@ -87,12 +87,18 @@ class Prior:
             self._hits[key] = lru_hit_share(self.chains(block_size), capacity_tokens)
         return self._hits[key]
 
+    def _with_fixed(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        """A configuration with the values the user fixed (a fixed pool, prefix caching fixed off)."""
+        return {**self.space.fixed_values, **values}
+
     def capacity(self, values: Mapping[str, Any]) -> tuple[int, int, int] | None:
-        """(GPU KV tokens, block size, pool tokens) of a configuration, from the memory estimate."""
+        """(GPU KV tokens, block size, pool tokens) of a configuration, from the memory estimate (the
+        fixed flags, a fixed KV size or memory share included: they are in the engine's argv)."""
         setup = self._setup
         if setup is None or setup.guard is None:
             return None
-        argv = setup.engine_argv(render_values(self.space, dict(values)).args if values else ())
+        values = self._with_fixed(values)
+        argv = setup.engine_argv(render_values(self.space, values).args if values else ())
         estimate = setup.guard.check(argv).estimate
         if estimate is None or estimate.kv_tokens <= 0:
             return None
@@ -106,6 +112,7 @@ class Prior:
         cap = self.capacity(values)
         if cap is None or not self._prompts:
             return {}
+        values = self._with_fixed(values)
         gpu, block, pool = cap
         caching = values.get("enable_prefix_caching", True) is not False
         if_caching = self.hit_share(block, gpu)
@@ -133,7 +140,8 @@ class Prior:
     def veto(self, study: optuna.Study, values: Mapping[str, Any]) -> str | None:
         """A region the prior predicts no better (offload that cannot add hits) or far worse (prefix
         caching off without a pool at high predicted reuse) is measured once, as a check; later
-        proposals in it are not launched. The reason says what the prior computed."""
+        proposals in it are not launched. The reason says what the prior computed. A region the user
+        fixed (a pool, caching off) is every proposal's: ``values`` are the tuned ones only."""
         pool = float(values.get(POOL_PARAM) or 0)
         caching = values.get("enable_prefix_caching", True) is not False
         if not pool and caching:
@@ -176,16 +184,7 @@ class Prior:
 
 
 def _values_of(p: Parameter) -> list[Any]:
-    if p.type == "categorical" and p.choices:
-        return list(p.choices)
-    if p.type == "bool":
-        return [True, False]
-    if p.low is None or p.high is None:
-        return []
-    step = p.step or (p.high - p.low) / 9
-    n = round((p.high - p.low) / step)
-    vals = [p.low + i * step for i in range(n + 1)]
-    return [round(v) if p.type == "int" else round(v, 6) for v in vals]
+    return p.grid()
 
 
 def _defaults(space: SearchSpace) -> dict[str, Any]:

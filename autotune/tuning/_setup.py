@@ -24,7 +24,15 @@ from autotune.bench import ArrivalSpec
 from autotune.engine import VLLM, ArgChecker, Engine, EngineProfile, LaunchSpec
 from autotune.errors import ConfigError
 from autotune.memory import read_machine_facts
-from autotune.space import FlagPairs, SearchSpace, apply_profile, flags_to_argv, load_search_space
+from autotune.space import (
+    FlagPairs,
+    RenderedConfig,
+    SearchSpace,
+    apply_profile,
+    fix_space,
+    flags_to_argv,
+    load_search_space,
+)
 from autotune.spec import StudySpec, parse_duration
 from autotune.study import Objective, parse_slo
 from autotune.trial import (
@@ -34,6 +42,7 @@ from autotune.trial import (
     VllmEvaluator,
     check_request_sizes,
     clamp_space,
+    clip_space,
     parse_passes,
 )
 from autotune.tuning._model import check_model
@@ -108,6 +117,7 @@ class TuningSetup:
     arrival: ArrivalSpec
     guard: MemoryGuard | None
     pass_plan: PassPlan = field(default_factory=PassPlan)
+    clipped: tuple[str, ...] = ()  # what the memory check took out of the space, one line each
     prior: Prior | None = None  # built by with_prior(), once; None: not built, or --no-prior
     _checkers: _CheckerCache = field(default_factory=_CheckerCache, repr=False, compare=False)
 
@@ -176,10 +186,12 @@ class TuningSetup:
 
     def engine_argv(self, tuned_args: Sequence[str] = ()) -> list[str]:
         """The engine's flags for a configuration (fixed flags, then the tuned ones), port 0."""
-        from autotune.space import RenderedConfig
+        return _engine_argv(self.engine, self.launch, tuned_args)
 
-        argv = self.engine.argv(self.launch, RenderedConfig(args=tuple(tuned_args)), 0)
-        return argv[len(self.launch.launcher) :]
+    def space_lines(self) -> list[str]:
+        """What the user's fixed flags take out of the search, said once (the run's header, the dry run)."""
+        lines = [f"not tuned: {name}: {why}" for name, why in self.space.fixed.items()]
+        return lines + list(self.clipped)
 
     def watching_gpus(self, gpus: Sequence[int]) -> TuningSetup:
         """This setup with its memory checks reading only ``gpus`` (NVML numbers), e.g. the GPUs of
@@ -199,7 +211,7 @@ class TuningSetup:
     def check_fixed_flags(self) -> None:
         """The fixed flags, once, by the engine's own parser: a bad one fails the run up front."""
         checker = self.checker()
-        if checker is None or not self.fixed:
+        if checker is None or not self.launch.fixed_args:
             return
         result = checker.check(self.engine_argv())
         if not result.ok:
@@ -211,6 +223,11 @@ class TuningSetup:
     def close(self) -> None:
         """Stop the argument checker (shared with every copy of this setup)."""
         self._checkers.close()
+
+
+def _engine_argv(engine: Engine, launch: LaunchSpec, tuned_args: Sequence[str]) -> list[str]:
+    argv = engine.argv(launch, RenderedConfig(args=tuple(tuned_args)), 0)
+    return argv[len(launch.launcher) :]
 
 
 def _api_key(env_name: str | None) -> str | None:
@@ -263,19 +280,21 @@ def _build(choices: StudySpec, engine: Engine) -> TuningSetup:
     check_model(choices.model)
     profile, note = engine.select_profile(choices.profile, preview=choices.dry_run)
     space_path = choices.space or engine.default_space(profile)
-    space = apply_profile(load_search_space(space_path, opt_in=choices.opt_in), profile)
+    fixed = engine.parse_fixed_args(list(choices.engine_args))
+    # the baseline's own values: in every command (before the tuned flags, which override them), not fixed
+    baseline_flags = engine.parse_fixed_args(list(choices.baseline_args))
+    space = fix_space(apply_profile(load_search_space(space_path, opt_in=choices.opt_in), profile), fixed)
     slos = dict(parse_slo(s) for s in choices.slo)
     objective = Objective(
         metric=choices.objective, min_throughput_ratio=choices.min_throughput_ratio, slos_ms=slos
     )
-    fixed = engine.parse_fixed_args(list(choices.engine_args))
-    wl = check_request_sizes(wl, choices.model, fixed, skip_bad_lines=choices.skip_bad_lines)
+    wl = check_request_sizes(wl, choices.model, fixed + baseline_flags, skip_bad_lines=choices.skip_bad_lines)
     arrival = arrival_spec(choices, wl)
     pass_plan = parse_passes(choices.passes)
     launch = LaunchSpec(
         model=choices.model,
         launcher=tuple(choices.launcher.split()) if choices.launcher else engine.default_launcher(),
-        fixed_args=fixed,
+        fixed_args=fixed + baseline_flags,
         api_key=_api_key(choices.api_key_env),
         api_key_env=choices.api_key_env,  # the key's source variable: never passed to the engine
         pass_env=tuple(choices.engine_pass_env),
@@ -295,8 +314,10 @@ def _build(choices: StudySpec, engine: Engine) -> TuningSetup:
         if choices.check_memory
         else None
     )
+    clipped: tuple[str, ...] = ()
     if guard is not None:
         space = clamp_space(space, read_machine_facts(), choices.host_share)
+        space, clipped = clip_space(space, guard, lambda args: _engine_argv(engine, launch, args))
     return TuningSetup(
         choices=choices,
         engine=engine,
@@ -311,6 +332,7 @@ def _build(choices: StudySpec, engine: Engine) -> TuningSetup:
         arrival=arrival,
         guard=guard,
         pass_plan=pass_plan,
+        clipped=clipped,
     )
 
 

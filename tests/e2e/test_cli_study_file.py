@@ -44,7 +44,7 @@ def test_the_study_file_and_the_same_flags_are_one_study(tmp_path: Path, tiny_mo
         "run", "--workload", str(REPO / "examples" / "rag.jsonl"), "--model", str(tiny_model),
         "--study", "demo-rag", "--n-trials", "6", "--speed", "3",
         "--engine-arg=--enforce-eager", "--engine-arg=--max-model-len=2048",
-        "--engine-arg=--kv-cache-memory-bytes=20M", *quick,
+        "--baseline-arg=--kv-cache-memory-bytes=20M", *quick,
     ]  # fmt: skip
     rc_flags, out_flags = _invoke(flags)
     assert rc_flags == 0, out_flags

@@ -77,7 +77,7 @@ def test_workers_join_a_study_by_its_name(tmp_path: Path, mark: str) -> None:
     assert sum(bool(t.user_attrs.get("baseline")) for t in trials) == 1
     assert not any(t.user_attrs.get(RUN_ATTR) for t in trials)  # not a pool's
     assert "--max-model-len" in " ".join(trials[2].user_attrs["command"])  # the study's fixed flags
-    assert set(study.user_attrs[FINGERPRINT_ATTR]) == {"space", "workload", "model"}
+    assert set(study.user_attrs[FINGERPRINT_ATTR]) == {"space", "workload", "model", "tuned"}
     # a worker whose workload is not the study's is refused before anything starts
     other = tmp_path / "other.jsonl"
     other.write_text(json.dumps({"prompt": "different", "max_tokens": 4}) + "\n")

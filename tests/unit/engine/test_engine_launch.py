@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from autotune.engine import LaunchSpec
@@ -103,7 +105,7 @@ def test_module_launcher_takes_the_model_as_a_flag() -> None:
     assert rest.count("/models/tiny") == 1
 
 
-def test_tuned_flags_override_fixed_flags_of_the_same_name_including_no_forms() -> None:
+def test_a_configuration_given_whole_overrides_fixed_flags_of_the_same_name_including_no_forms() -> None:
     spec = LaunchSpec(
         model="m",
         fixed_args=(
@@ -124,6 +126,20 @@ def test_tuned_flags_override_fixed_flags_of_the_same_name_including_no_forms() 
     assert "--no-enable-chunked-prefill" not in argv
     assert "--enable-chunked-prefill" in argv
     assert argv[argv.index("--max-model-len") + 1] == "2048"
+
+
+def test_a_fixed_json_flag_takes_the_rendered_fields_it_does_not_set() -> None:
+    fixed = '{"kv_connector": "OffloadingConnector", "kv_role": "kv_both", "kv_connector_extra_config": {"block_size": 256}}'
+    spec = LaunchSpec(model="m", fixed_args=(("--kv-transfer-config", fixed),))
+    tuned = '{"kv_connector": "X", "kv_connector_extra_config": {"block_size": 64, "eviction_policy": "arc"}}'
+    argv = build_argv(spec, RenderedConfig(args=("--kv-transfer-config", tuned)), 9000)
+    assert argv.count("--kv-transfer-config") == 1
+    merged = json.loads(argv[argv.index("--kv-transfer-config") + 1])
+    assert merged == {
+        "kv_connector": "OffloadingConnector",
+        "kv_role": "kv_both",
+        "kv_connector_extra_config": {"block_size": 256, "eviction_policy": "arc"},
+    }
 
 
 def test_fixed_flags_survive_when_nothing_tunes_them() -> None:

@@ -114,9 +114,11 @@ def test_a_tensor_parallel_group_of_two_takes_two_gpus(
 
 
 def test_a_tuned_tensor_parallel_size_takes_groups_of_its_largest_value(tmp_path: Path) -> None:
-    for setup in _setup(tmp_path, "--tensor-parallel-size=2", space=TP_SPACE):
+    for setup in _setup(tmp_path, space=TP_SPACE):
         assert engine_gpus(setup) == 4  # the space may pick 4: a trial needs a whole group
         assert [g.gpus for g in plan_groups(setup, "all", probe=four_gpus(), env={})] == [(0, 1, 2, 3)]
+    for setup in _setup(tmp_path, "--tensor-parallel-size=2", space=TP_SPACE):
+        assert engine_gpus(setup) == 2  # fixed by the user: not tuned, so groups of two
 
 
 def test_without_gpus_cpu_workers_split_the_cores(tmp_path: Path) -> None:

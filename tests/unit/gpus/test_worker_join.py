@@ -88,7 +88,7 @@ def test_a_worker_with_the_same_study_joins_and_one_with_another_workload_is_ref
     for setup in _setup(_choices(tmp_path)):
         check_fingerprint(study, setup)  # records it: the study had none
         recorded = study.user_attrs[FINGERPRINT_ATTR]
-        assert set(recorded) == {"space", "workload", "model"}
+        assert set(recorded) == {"space", "workload", "model", "tuned"}
         check_fingerprint(study, setup)  # the same: joins
     other = tmp_path / "other.jsonl"
     other.write_text('{"prompt": "something else", "max_tokens": 4}\n')

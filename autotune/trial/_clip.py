@@ -1,0 +1,85 @@
+"""The space clipped by what is fixed: values that the memory guard refuses whatever the rest of the
+configuration is (a KV size that cannot hold one request of the fixed ``--max-model-len``, a memory
+share the GPU cannot give) are taken out of the space before the study samples it, and said once.
+
+Only the parameters the guard reads (KV memory, block size, batching, the offload pool, the KV
+dtype) are checked, over the grid of their values, against one reading of the machine; the others
+do not change a memory verdict. A value is kept when at least one configuration with it fits.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from autotune.space import Parameter, SearchSpace, describe_values, flag_stem, render_values
+from autotune.trial._memory_guard import MemoryGuard
+
+__all__ = ["MEMORY_STEMS", "clip_space"]
+
+# What the memory guard reads of a command (autotune/engine/_sizing.py), as flag stems.
+MEMORY_STEMS = frozenset(
+    {
+        "gpu-memory-utilization",
+        "kv-cache-memory-bytes",
+        "block-size",
+        "max-num-batched-tokens",
+        "max-num-seqs",
+        "kv-offloading-size",
+        "kv-cache-dtype",
+    }
+)
+# Pool sizes inside --kv-transfer-config that the guard reads.
+_POOL_KEYS = frozenset({"cpu_bytes_to_use", "cpu_swap_space_gb", "lmcache.max_local_cpu_size"})
+GRID_LIMIT = 20_000  # configurations checked at most (a few seconds); a larger grid is not clipped
+
+
+def _reads_memory(p: Parameter) -> bool:
+    if p.condition is not None:
+        return False
+    if p.flag is not None:
+        return flag_stem(p.flag) in MEMORY_STEMS
+    return p.json_flag is not None and bool(p.json_keys) and p.json_keys[-1] in _POOL_KEYS
+
+
+def clip_space(
+    space: SearchSpace, guard: MemoryGuard, argv_of: Callable[[Sequence[str]], list[str]]
+) -> tuple[SearchSpace, tuple[str, ...]]:
+    """``space`` less the values no configuration of it fits with, and one line per clipped parameter.
+
+    ``argv_of``: the engine's flags for a configuration's rendered flags (the fixed ones added)."""
+    knobs = {n: p for n, p in space.tunable.items() if _reads_memory(p)}
+    grids = {n: p.grid() for n, p in knobs.items()}
+    if not knobs or math.prod(len(g) for g in grids.values()) > GRID_LIMIT:
+        return space, ()
+    facts = guard.facts()
+    fits: dict[str, set[Any]] = {n: set() for n in knobs}
+    why: dict[tuple[str, Any], str] = {}
+    for combo in itertools.product(*grids.values()):
+        values = dict(zip(knobs, combo, strict=True))
+        verdict = guard.check(argv_of(render_values(space, values).args), facts)
+        for name, value in values.items():
+            if verdict.feasible:
+                fits[name].add(value)
+            elif verdict.reasons:
+                why.setdefault((name, value), verdict.reasons[0])
+    if not any(fits.values()):
+        return space, ()  # nothing fits: each trial is recorded infeasible with its reason
+    params, lines = dict(space.parameters), []
+    for name, p in knobs.items():
+        kept = [v for v in grids[name] if v in fits[name]]
+        dropped = [v for v in grids[name] if v not in fits[name]]
+        if not dropped or not kept or p.type == "bool":
+            continue
+        if p.type == "categorical":
+            params[name] = p.model_copy(update={"choices": tuple(kept)})
+        else:
+            params[name] = p.model_copy(update={"low": min(kept), "high": max(kept)})
+        shown = ", ".join(describe_values(space, {name: v}).split("=", 1)[1] for v in dropped)
+        lines.append(
+            f"not searched: {name} {shown}: no configuration with it fits here with your fixed flags "
+            f"(e.g. {why.get((name, dropped[0]), 'refused by the memory check')})"
+        )
+    return space.model_copy(update={"parameters": params}), tuple(lines)
