@@ -14,6 +14,7 @@ from autotune.bench._prometheus import (
 )
 from autotune.bench._replay import DEFAULT_MAX_IN_FLIGHT, ReplayResult, replay
 from autotune.bench._request import ReplayTarget
+from autotune.bench._saturation import Saturation, detect_saturation, saturation_of
 from autotune.bench._timing import RequestTiming, ScheduleLag, schedule_lag
 from autotune.bench._transport import AiohttpTransport, ReplayClient, StreamedAnswer, replay_client
 from autotune.bench._warmup import warm_up
@@ -31,15 +32,18 @@ __all__ = [
     "ReplayResult",
     "ReplayTarget",
     "RequestTiming",
+    "Saturation",
     "ScheduleLag",
     "StreamedAnswer",
     "TrialFigures",
+    "detect_saturation",
     "failure_counts",
     "meets_slos",
     "parse_metrics",
     "plan_offsets",
     "replay",
     "replay_client",
+    "saturation_of",
     "schedule_lag",
     "scrape_metrics",
     "summarize",

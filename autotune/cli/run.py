@@ -22,10 +22,13 @@ from autotune.study import (
     PendingJournal,
     TrialRecord,
     TrialReport,
+    baseline_saturation,
     baseline_trial,
     best_feasible,
+    read_record,
     redact_url,
     run_study,
+    saturation_summary,
 )
 from autotune.tuning import (
     BaselinePlan,
@@ -114,7 +117,7 @@ def _measure(
         timeout_s=spec.timeout,
         seed=spec.seed,
         say=lambda m: console.print(m, markup=False, soft_wrap=True),
-        on_trial_done=lambda rep: console.print(trial_line(rep, setup.objective.metric), soft_wrap=True),
+        on_trial_done=lambda rep: say_trial(rep, setup.objective.metric),
     )
     leases.enter_context(parallel)
     return parallel.evaluator  # confirmation on worker 0's GPUs, leased by this process
@@ -165,6 +168,9 @@ def open_and_announce(
             f"resuming: {opened.finished_before} trial(s) already finished; baseline "
             + (f"measured (trial #{base.number})" if base else "not measured yet: it runs first")
         )
+        saturated = baseline_saturation(read_record(base)) if base is not None else None
+        if saturated is not None:
+            console.print(saturated, style="bold red", markup=False, soft_wrap=True)
     announce_prior(setup, st)
     if not plan.defaults_fit:
         why = "; ".join(plan.why_not)
@@ -190,6 +196,14 @@ def announce_prior(setup: TuningSetup, st: optuna.Study) -> None:
     added = prior.enqueue(st)
     if added:
         console.print(f"prior: {len(added)} informed candidate(s) enqueued after the baseline", style="dim")
+
+
+def say_trial(rep: TrialReport, metric: str) -> None:
+    """A finished trial's line; after a saturated baseline, that every trial at this load will queue."""
+    console.print(trial_line(rep, metric), soft_wrap=True)
+    saturated = baseline_saturation(rep.record)
+    if saturated is not None:
+        console.print(saturated, style="bold red", markup=False, soft_wrap=True)
 
 
 def _trials_to_run(st: optuna.Study, n_trials: int, total_trials: int | None) -> int:
@@ -219,7 +233,7 @@ def _run_trials(
 
     def on_done(rep: TrialReport) -> None:
         done["n"] += 1
-        console.print(trial_line(rep, setup.objective.metric), soft_wrap=True)
+        say_trial(rep, setup.objective.metric)
 
     run_study(
         study=st,
@@ -278,6 +292,9 @@ def _confirm_and_export(
     out.print(f"wrote {target}")
     out.print(f"deploy: vllm serve --config {target}")
     out.print(f"or:     {exported.command}", soft_wrap=True)
+    saturated = saturation_summary(st)
+    if saturated is not None:
+        out.print(saturated, soft_wrap=True)
 
 
 def _dry_run(setup: TuningSetup, plan: BaselinePlan) -> int:

@@ -33,7 +33,7 @@ from autotune.study._record import (
 )
 from autotune.study._runner import StudyRunner, TrialHooks, TrialReport, run_study
 from autotune.study._storage import STORAGE_ENV, open_storage, redact_url, resolve_storage_url
-from autotune.study._summary import failure_summary
+from autotune.study._summary import baseline_saturation, failure_summary, saturation_summary
 
 __all__ = [
     "BASELINE_ATTR",
@@ -56,6 +56,7 @@ __all__ = [
     "TrialRecord",
     "TrialReport",
     "TrialStatus",
+    "baseline_saturation",
     "baseline_trial",
     "best_feasible",
     "constraints_hold",
@@ -71,6 +72,7 @@ __all__ = [
     "render_reference",
     "resolve_storage_url",
     "run_study",
+    "saturation_summary",
     "standard_gates",
     "storage_fault",
     "suggest_values",
