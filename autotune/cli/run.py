@@ -25,6 +25,8 @@ from autotune.study import (
     baseline_saturation,
     baseline_trial,
     best_feasible,
+    choose_export,
+    export_costs,
     read_record,
     redact_url,
     run_study,
@@ -253,18 +255,71 @@ def _run_trials(
 def _confirm_and_export(
     st: optuna.Study, setup: TuningSetup, evaluator: Any, rounds: int, min_improvement: float, target: Path
 ) -> None:
+    """Choose the trial to export (a doubtful best passed over), re-measure it against the baseline,
+    export it; say what was passed over, what got worse than the baseline, and how to deploy it."""
     from autotune.export import export_best
+
+    metric = setup.objective.metric
+    choice = choose_export(st, metric, floor=min_improvement)
+    notes = choice.lines(metric)
+    for line in notes:
+        console.print(line, style="yellow", markup=False, soft_wrap=True)
+    chosen, confirmed = _confirm(st, setup, evaluator, rounds, min_improvement, choice.trial)
+    notes += confirmed
+    if rounds < 1 and not choice.trusted and choice.trial is not None:
+        notes.append(
+            f"not re-measured (--confirm-rounds 0): trial {choice.trial.number} is exported on that figure alone"
+        )
+        console.print(notes[-1], style="yellow", markup=False, soft_wrap=True)
+    costs = export_costs(st, chosen, metric) if chosen is not None else None
+    checker = setup.checker()
+
+    def check(argv: Any) -> str | None:
+        return None if checker is None else checker.check(list(argv)).error
+
+    best, exported = export_best(
+        st, out=target, trial=chosen, check=check, notes=[*notes, *([costs] if costs else [])]
+    )
+    out.print(f"best: trial {best.number} {metric} = {fmt_value(metric, best.value)}")
+    if costs:
+        out.print(costs, soft_wrap=True)
+    out.print(f"wrote {target}")
+    out.print(f"deploy: {exported.deploy_command(target)}", soft_wrap=True)
+    out.print(f"or:     {exported.command}", soft_wrap=True)
+    saturated = saturation_summary(st)
+    if saturated is not None:
+        out.print(saturated, soft_wrap=True)
+
+
+def _confirm(
+    st: optuna.Study,
+    setup: TuningSetup,
+    evaluator: Any,
+    rounds: int,
+    min_improvement: float,
+    candidate: optuna.trial.FrozenTrial | None,
+) -> tuple[optuna.trial.FrozenTrial | None, list[str]]:
+    """Re-measure ``candidate`` against the baseline: the trial to export, and the lines said (the
+    verdict; runs that fell behind their schedule, whose figures are unreliable)."""
     from autotune.tuning import confirm_best
 
+    metric = setup.objective.metric
+    behind: list[str] = []
+
     def on_run(name: str, r: int, rec: TrialRecord) -> None:  # the confirmation takes minutes: say each run
-        metric = setup.objective.metric
         value = rec.figures.get(metric) if rec.ok and rec.figures else None
         shown = (
             f"{metric} {fmt_value(metric, value)}"
             if value is not None
             else f"{rec.status.value} ({rec.failure})"
         )
-        console.print(f"confirming: round {r + 1}/{rounds} {name}: {shown}", markup=False)
+        late = str(rec.figures.raw.get("schedule_note") or "") if rec.ok and rec.figures else ""
+        if late:
+            behind.append(f"{name} round {r + 1}: {late}")
+        console.print(
+            f"confirming: round {r + 1}/{rounds} {name}: {shown}" + (f" ({late})" if late else ""),
+            markup=False,
+        )
 
     chosen, confirmation = confirm_best(
         st,
@@ -274,27 +329,22 @@ def _confirm_and_export(
         min_improvement=min_improvement,
         log_dir=Path(evaluator.log_dir) / "confirm",
         on_run=on_run,
+        candidate=candidate,
     )
+    lines: list[str] = []
     if confirmation is not None:
         verdict = "confirmed" if confirmation["confirmed"] else "not confirmed: exporting the baseline"
-        console.print(
+        lines.append(
             f"re-measured trial {confirmation['trial']} against the baseline: {verdict} ({confirmation['why']})"
         )
-    checker = setup.checker()
-
-    def check(argv: Any) -> str | None:
-        return None if checker is None else checker.check(list(argv)).error
-
-    best, exported = export_best(st, out=target, trial=chosen, check=check)
-    out.print(
-        f"best: trial {best.number} {setup.objective.metric} = {fmt_value(setup.objective.metric, best.value)}"
-    )
-    out.print(f"wrote {target}")
-    out.print(f"deploy: vllm serve --config {target}")
-    out.print(f"or:     {exported.command}", soft_wrap=True)
-    saturated = saturation_summary(st)
-    if saturated is not None:
-        out.print(saturated, soft_wrap=True)
+        console.print(lines[-1], markup=False, soft_wrap=True)
+    if behind:
+        lines.append(
+            f"{len(behind)} of {2 * rounds} confirmation runs fell behind their schedule, so their figures are "
+            f"unreliable (first: {behind[0]})"
+        )
+        console.print(lines[-1], style="yellow", markup=False, soft_wrap=True)
+    return chosen, lines
 
 
 def _dry_run(setup: TuningSetup, plan: BaselinePlan) -> int:
