@@ -129,8 +129,10 @@ def summarize(
     slos_ms: Mapping[str, float] | None = None,
     arrival: ArrivalSpec | None = None,
 ) -> TrialFigures:
-    """The figures of one replay; ``arrival``: how it was replayed (a closed loop is judged for
-    saturation by its TTFT trend only; a speed makes the suggested fix exact)."""
+    """The figures of one replay; ``arrival``: how it was replayed, to judge it for saturation (a
+    closed loop by its TTFT trend only; a speed makes the suggested fix exact). Without it (the
+    partial figures a pass reports to the pruner while requests are in flight, where every
+    millisecond on the event loop delays them) saturation is not judged."""
     ok = [t for t in timings if t.ok]
     series: dict[str, list[float]] = {
         "ttft": [t.ttft for t in ok if t.ttft is not None],
@@ -145,8 +147,7 @@ def summarize(
     if slos_ms:
         good = sum(meets_slos(t, slos_ms) for t in timings) / duration_s
     lag = schedule_lag(timings)
-    closed = arrival is not None and arrival.mode == "closed"
-    saturation = saturation_of(timings, closed_loop=closed)
+    saturation = saturation_of(timings, closed_loop=arrival.mode == "closed") if arrival is not None else None
     speed = arrival.speed if arrival is not None and arrival.mode == "timestamps" else None
     return TrialFigures(
         completed=len(ok),
@@ -164,6 +165,6 @@ def summarize(
         failures=failure_counts(timings),
         lag_max_ms=lag.max_ms,
         lag_tolerance_ms=lag.tolerance_ms,
-        saturated=saturation.saturated,
-        saturation_note=saturation.note(speed),
+        saturated=saturation is not None and saturation.saturated,
+        saturation_note=saturation.note(speed) if saturation is not None else "",
     )

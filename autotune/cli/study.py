@@ -64,7 +64,13 @@ def export(
         chosen = found[0]
     else:  # as `run` exports: a best whose figure alone is doubtful is passed over
         choice = choose_export(st, metric)
-        chosen, notes = choice.trial, choice.lines(metric)
+        done = st.user_attrs.get(f"confirmation_{choice.trial.number}") if choice.trial is not None else None
+        then = (
+            "and its re-measurement against the baseline confirmed it"
+            if isinstance(done, dict) and done.get("confirmed")
+            else "and it was not re-measured: it is exported on that figure alone (fix: `autotune compare`)"
+        )
+        chosen, notes = choice.trial, choice.lines(metric, then)
     costs = export_costs(st, chosen, metric) if chosen is not None else None
     notes += [costs] if costs else []
     best, exported = export_best(st, out=out_path, trial=chosen, model=model, notes=notes)

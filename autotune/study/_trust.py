@@ -63,15 +63,20 @@ class ExportChoice:
     trusted: bool = True
     doubt: str | None = None
 
-    def lines(self, metric: str) -> list[str]:
-        """What the summary and the export's header say about the choice (empty: the best, trusted)."""
+    def lines(
+        self,
+        metric: str,
+        then: str = "so it is kept only if a re-measurement against the baseline confirms it",
+    ) -> list[str]:
+        """What the summary and the export's header say about the choice (empty: the best, trusted);
+        ``then``: what becomes of a doubtful best kept (the re-measurement to come, or its verdict)."""
         out = [f"passed over trial {p.number} ({metric} {p.value:.4g}): {p.why}" for p in self.passed_over]
         if out and self.trial is not None:
             out[-1] += f"; exporting trial {self.trial.number} instead"
         if self.trial is not None and not self.trusted:
             out.append(
                 f"trial {self.trial.number}'s {metric} is doubtful ({self.doubt}) and no trial beats the "
-                "baseline without doubt, so it is kept only if a re-measurement against the baseline confirms it"
+                f"baseline without doubt, {then}"
             )
         return out
 

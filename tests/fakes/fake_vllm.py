@@ -69,11 +69,33 @@ def _parse() -> argparse.Namespace:
     return args
 
 
+class _FirstComeFirstServed:
+    """One request at a time, in the order they came (as vLLM's scheduler admits them; a plain
+    lock would serve waiting requests in any order)."""
+
+    def __init__(self) -> None:
+        self._turn = threading.Condition()
+        self._next = 0
+        self._serving = 0
+
+    def __enter__(self) -> None:
+        with self._turn:
+            ticket = self._next
+            self._next += 1
+            while self._serving != ticket:
+                self._turn.wait()
+
+    def __exit__(self, *exc: object) -> None:
+        with self._turn:
+            self._serving += 1
+            self._turn.notify_all()
+
+
 class _State:
     def __init__(self, args: argparse.Namespace):
         self.args = args
         self.lock = threading.Lock()
-        self.serial = threading.Lock()  # FAKE_SERIAL=1: held while a request is served
+        self.serial = _FirstComeFirstServed()  # FAKE_SERIAL=1: held while a request is served
         self.requests = 0
         self.prompt_tokens = 0
         self.gen_tokens = 0
