@@ -21,6 +21,7 @@ from autotune.bench._prometheus import (
 )
 from autotune.bench._replay import DEFAULT_MAX_IN_FLIGHT, ReplayResult, replay
 from autotune.bench._request import ReplayTarget
+from autotune.bench._saturation import Saturation, detect_saturation, saturation_of
 from autotune.bench._timing import RequestTiming, ScheduleLag, schedule_lag
 from autotune.bench._transport import AiohttpTransport, ReplayClient, StreamedAnswer, replay_client
 from autotune.bench._warmup import warm_up
@@ -39,10 +40,12 @@ __all__ = [
     "ReplayResult",
     "ReplayTarget",
     "RequestTiming",
+    "Saturation",
     "ScheduleLag",
     "ServerFacts",
     "StreamedAnswer",
     "TrialFigures",
+    "detect_saturation",
     "failure_counts",
     "meets_slos",
     "parse_metrics",
@@ -51,6 +54,7 @@ __all__ = [
     "proxy_variables",
     "replay",
     "replay_client",
+    "saturation_of",
     "schedule_lag",
     "scrape_metrics",
     "server_root",

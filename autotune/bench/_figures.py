@@ -18,6 +18,8 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from autotune.bench._arrivals import ArrivalSpec
+from autotune.bench._saturation import saturation_of
 from autotune.bench._timing import RequestTiming, schedule_lag
 
 __all__ = ["PERCENTILES", "TrialFigures", "failure_counts", "meets_slos", "summarize"]
@@ -48,6 +50,10 @@ class TrialFigures:
     failures: Mapping[str, int] = field(default_factory=dict)
     lag_max_ms: float = 0.0  # the latest request's lag
     lag_tolerance_ms: float = 0.0  # the lag p99 allowed for this run; 0.0 in figures stored before it
+    # the server could not keep up with the arrivals (see bench._saturation): the figures measure
+    # its queue; ``saturation_note`` says the evidence and the fix
+    saturated: bool = False
+    saturation_note: str = ""
 
     def metric(self, name: str) -> float:
         """Any figure by name: ``ttft_p90``, ``tpot_mean``, ``output_throughput``, ``goodput``..."""
@@ -117,8 +123,16 @@ def _where(refused: Sequence[RequestTiming]) -> str:
 
 
 def summarize(
-    timings: Sequence[RequestTiming], duration_s: float, *, slos_ms: Mapping[str, float] | None = None
+    timings: Sequence[RequestTiming],
+    duration_s: float,
+    *,
+    slos_ms: Mapping[str, float] | None = None,
+    arrival: ArrivalSpec | None = None,
 ) -> TrialFigures:
+    """The figures of one replay; ``arrival``: how it was replayed, to judge it for saturation (a
+    closed loop by its TTFT trend only; a speed makes the suggested fix exact). Without it (the
+    partial figures a pass reports to the pruner while requests are in flight, where every
+    millisecond on the event loop delays them) saturation is not judged."""
     ok = [t for t in timings if t.ok]
     series: dict[str, list[float]] = {
         "ttft": [t.ttft for t in ok if t.ttft is not None],
@@ -133,6 +147,8 @@ def summarize(
     if slos_ms:
         good = sum(meets_slos(t, slos_ms) for t in timings) / duration_s
     lag = schedule_lag(timings)
+    saturation = saturation_of(timings, closed_loop=arrival.mode == "closed") if arrival is not None else None
+    speed = arrival.speed if arrival is not None and arrival.mode == "timestamps" else None
     return TrialFigures(
         completed=len(ok),
         failed=len(timings) - len(ok),
@@ -149,4 +165,6 @@ def summarize(
         failures=failure_counts(timings),
         lag_max_ms=lag.max_ms,
         lag_tolerance_ms=lag.tolerance_ms,
+        saturated=saturation is not None and saturation.saturated,
+        saturation_note=saturation.note(speed) if saturation is not None else "",
     )

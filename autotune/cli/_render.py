@@ -75,6 +75,7 @@ def trial_line(rep: TrialReport, metric: str) -> str:
                 if f is not None and f.raw.get("behind_schedule")
                 else ""
             )
+            + (f" [red]({escape(f.saturation_note)})[/red]" if f is not None and f.saturated else "")
         )
     best = (
         f" | best so far: #{rep.best_number} {fmt_value(metric, rep.best_value)}"

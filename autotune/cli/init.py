@@ -65,7 +65,7 @@ def init(
     if not workload.exists():
         raise ConfigError(f"--workload: {workload} does not exist (fix: a workload file or folder)")
     header, found = _found(workload, model, block_size=16)
-    model_value = _relative(Path(model), out_path.parent) if Path(model).exists() else model
+    model_value = os.path.abspath(model) if Path(model).exists() else model  # a hub id stays as it is
     values = {
         "workload": _relative(workload, out_path.parent),
         "model": model_value,

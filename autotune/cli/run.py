@@ -22,10 +22,15 @@ from autotune.study import (
     PendingJournal,
     TrialRecord,
     TrialReport,
+    baseline_saturation,
     baseline_trial,
     best_feasible,
+    choose_export,
+    export_costs,
+    read_record,
     redact_url,
     run_study,
+    saturation_summary,
 )
 from autotune.tuning import (
     BaselinePlan,
@@ -117,7 +122,7 @@ def _measure(
         timeout_s=spec.timeout,
         seed=spec.seed,
         say=lambda m: console.print(m, markup=False, soft_wrap=True),
-        on_trial_done=lambda rep: console.print(trial_line(rep, setup.objective.metric), soft_wrap=True),
+        on_trial_done=lambda rep: say_trial(rep, setup.objective.metric),
     )
     leases.enter_context(parallel)
     return parallel.evaluator  # confirmation on worker 0's GPUs, leased by this process
@@ -170,6 +175,9 @@ def open_and_announce(
             f"resuming: {opened.finished_before} trial(s) already finished; baseline "
             + (f"measured (trial #{base.number})" if base else "not measured yet: it runs first")
         )
+        saturated = baseline_saturation(read_record(base)) if base is not None else None
+        if saturated is not None:
+            console.print(saturated, style="bold red", markup=False, soft_wrap=True)
     announce_prior(setup, st)
     if not plan.defaults_fit:
         why = "; ".join(plan.why_not)
@@ -195,6 +203,14 @@ def announce_prior(setup: TuningSetup, st: optuna.Study) -> None:
     added = prior.enqueue(st)
     if added:
         console.print(f"prior: {len(added)} informed candidate(s) enqueued after the baseline", style="dim")
+
+
+def say_trial(rep: TrialReport, metric: str) -> None:
+    """A finished trial's line; after a saturated baseline, that every trial at this load will queue."""
+    console.print(trial_line(rep, metric), soft_wrap=True)
+    saturated = baseline_saturation(rep.record)
+    if saturated is not None:
+        console.print(saturated, style="bold red", markup=False, soft_wrap=True)
 
 
 def _trials_to_run(st: optuna.Study, n_trials: int, total_trials: int | None) -> int:
@@ -224,7 +240,7 @@ def _run_trials(
 
     def on_done(rep: TrialReport) -> None:
         done["n"] += 1
-        console.print(trial_line(rep, setup.objective.metric), soft_wrap=True)
+        say_trial(rep, setup.objective.metric)
 
     run_study(
         study=st,
@@ -244,18 +260,71 @@ def _run_trials(
 def _confirm_and_export(
     st: optuna.Study, setup: TuningSetup, evaluator: Any, rounds: int, min_improvement: float, target: Path
 ) -> None:
+    """Choose the trial to export (a doubtful best passed over), re-measure it against the baseline,
+    export it; say what was passed over, what got worse than the baseline, and how to deploy it."""
     from autotune.export import export_best
+
+    metric = setup.objective.metric
+    choice = choose_export(st, metric, floor=min_improvement)
+    notes = choice.lines(metric)
+    for line in notes:
+        console.print(line, style="yellow", markup=False, soft_wrap=True)
+    chosen, confirmed = _confirm(st, setup, evaluator, rounds, min_improvement, choice.trial)
+    notes += confirmed
+    if rounds < 1 and not choice.trusted and choice.trial is not None:
+        notes.append(
+            f"not re-measured (--confirm-rounds 0): trial {choice.trial.number} is exported on that figure alone"
+        )
+        console.print(notes[-1], style="yellow", markup=False, soft_wrap=True)
+    costs = export_costs(st, chosen, metric) if chosen is not None else None
+    checker = setup.checker()
+
+    def check(argv: Any) -> str | None:
+        return None if checker is None else checker.check(list(argv)).error
+
+    best, exported = export_best(
+        st, out=target, trial=chosen, check=check, notes=[*notes, *([costs] if costs else [])]
+    )
+    out.print(f"best: trial {best.number} {metric} = {fmt_value(metric, best.value)}")
+    if costs:
+        out.print(costs, soft_wrap=True)
+    out.print(f"wrote {target}")
+    out.print(f"deploy: {exported.deploy_command(target)}", soft_wrap=True)
+    out.print(f"or:     {exported.command}", soft_wrap=True)
+    saturated = saturation_summary(st)
+    if saturated is not None:
+        out.print(saturated, soft_wrap=True)
+
+
+def _confirm(
+    st: optuna.Study,
+    setup: TuningSetup,
+    evaluator: Any,
+    rounds: int,
+    min_improvement: float,
+    candidate: optuna.trial.FrozenTrial | None,
+) -> tuple[optuna.trial.FrozenTrial | None, list[str]]:
+    """Re-measure ``candidate`` against the baseline: the trial to export, and the lines said (the
+    verdict; runs that fell behind their schedule, whose figures are unreliable)."""
     from autotune.tuning import confirm_best
 
+    metric = setup.objective.metric
+    behind: list[str] = []
+
     def on_run(name: str, r: int, rec: TrialRecord) -> None:  # the confirmation takes minutes: say each run
-        metric = setup.objective.metric
         value = rec.figures.get(metric) if rec.ok and rec.figures else None
         shown = (
             f"{metric} {fmt_value(metric, value)}"
             if value is not None
             else f"{rec.status.value} ({rec.failure})"
         )
-        console.print(f"confirming: round {r + 1}/{rounds} {name}: {shown}", markup=False)
+        late = str(rec.figures.raw.get("schedule_note") or "") if rec.ok and rec.figures else ""
+        if late:
+            behind.append(f"{name} round {r + 1}: {late}")
+        console.print(
+            f"confirming: round {r + 1}/{rounds} {name}: {shown}" + (f" ({late})" if late else ""),
+            markup=False,
+        )
 
     chosen, confirmation = confirm_best(
         st,
@@ -265,24 +334,22 @@ def _confirm_and_export(
         min_improvement=min_improvement,
         log_dir=Path(evaluator.log_dir) / "confirm",
         on_run=on_run,
+        candidate=candidate,
     )
+    lines: list[str] = []
     if confirmation is not None:
         verdict = "confirmed" if confirmation["confirmed"] else "not confirmed: exporting the baseline"
-        console.print(
+        lines.append(
             f"re-measured trial {confirmation['trial']} against the baseline: {verdict} ({confirmation['why']})"
         )
-    checker = setup.checker()
-
-    def check(argv: Any) -> str | None:
-        return None if checker is None else checker.check(list(argv)).error
-
-    best, exported = export_best(st, out=target, trial=chosen, check=check)
-    out.print(
-        f"best: trial {best.number} {setup.objective.metric} = {fmt_value(setup.objective.metric, best.value)}"
-    )
-    out.print(f"wrote {target}")
-    out.print(f"deploy: vllm serve --config {target}")
-    out.print(f"or:     {exported.command}", soft_wrap=True)
+        console.print(lines[-1], markup=False, soft_wrap=True)
+    if behind:
+        lines.append(
+            f"{len(behind)} of {2 * rounds} confirmation runs fell behind their schedule, so their figures are "
+            f"unreliable (first: {behind[0]})"
+        )
+        console.print(lines[-1], style="yellow", markup=False, soft_wrap=True)
+    return chosen, lines
 
 
 def _dry_run(setup: TuningSetup, plan: BaselinePlan) -> int:

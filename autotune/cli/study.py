@@ -51,16 +51,33 @@ def export(
     """Export a study's best feasible trial as `vllm serve --config` YAML: exactly the command that was
     measured (fixed flags included). The study is not modified."""
     from autotune.export import export_best
+    from autotune.study import choose_export, export_costs
 
     st = existing_study(storage, study, studies_dir)
-    chosen = None
+    metric = str(st.user_attrs.get("objective", "ttft_p90"))
+    notes: list[str] = []
+    chosen: optuna.trial.FrozenTrial | None
     if trial is not None:
         found = [t for t in st.get_trials(deepcopy=False) if t.number == trial]
         if not found:
             raise StorageError(f"--trial: study {study!r} has no trial {trial}")
         chosen = found[0]
-    best, exported = export_best(st, out=out_path, trial=chosen, model=model)
+    else:  # as `run` exports: a best whose figure alone is doubtful is passed over
+        choice = choose_export(st, metric)
+        done = st.user_attrs.get(f"confirmation_{choice.trial.number}") if choice.trial is not None else None
+        then = (
+            "and its re-measurement against the baseline confirmed it"
+            if isinstance(done, dict) and done.get("confirmed")
+            else "and it was not re-measured: it is exported on that figure alone (fix: `autotune compare`)"
+        )
+        chosen, notes = choice.trial, choice.lines(metric, then)
+    costs = export_costs(st, chosen, metric) if chosen is not None else None
+    notes += [costs] if costs else []
+    best, exported = export_best(st, out=out_path, trial=chosen, model=model, notes=notes)
     out.print(f"trial {best.number}; wrote {out_path}")
+    for line in notes:
+        out.print(line, soft_wrap=True)
+    out.print(f"deploy: {exported.deploy_command(out_path)}", soft_wrap=True)
     out.print(exported.command, soft_wrap=True)
 
 

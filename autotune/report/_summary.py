@@ -12,6 +12,7 @@ from autotune.errors import ExportError
 from autotune.report._data import StudyFacts
 from autotune.report._html import Cell, esc, table_html
 from autotune.report._plots import params_text
+from autotune.study import baseline_saturation, saturation_summary
 
 __all__ = ["summary_html"]
 
@@ -135,6 +136,9 @@ def summary_html(
             '<p class="failed"><b>No trial was measured</b>: every trial failed or was infeasible. '
             "The trial table says why (failure class and evidence).</p>",
         )
+    saturated = _saturation_lines(study, facts)
+    if saturated:
+        parts.insert(0, "".join(f'<p class="failed"><b>Saturated</b>: {esc(line)}</p>' for line in saturated))
     if workload:
         parts.append("<h3>Workload</h3>" + _facts_table(_workload_rows(workload)))
     for group, values in (fingerprints or {}).items():
@@ -143,6 +147,14 @@ def summary_html(
     parts.append(_confirmation(facts))
     parts.append(_exported(study, facts))
     return "".join(parts)
+
+
+def _saturation_lines(study: optuna.Study, facts: StudyFacts) -> list[str]:
+    """That the baseline, or every trial, saturated the server (the trial table flags each one)."""
+    lines = [saturation_summary(study) or ""]
+    if facts.baseline is not None and not lines[0]:
+        lines.append(baseline_saturation(facts.baseline.record) or "")
+    return [line for line in lines if line]
 
 
 def _baseline_vs_best(facts: StudyFacts) -> str:

@@ -33,20 +33,32 @@ from autotune.study._record import (
 )
 from autotune.study._runner import StudyRunner, TrialHooks, TrialReport, run_study
 from autotune.study._storage import STORAGE_ENV, open_storage, redact_url, resolve_storage_url
-from autotune.study._summary import failure_summary
+from autotune.study._summary import baseline_saturation, failure_summary, saturation_summary
+from autotune.study._trust import (
+    COST_BAND,
+    COST_FIGURES,
+    ExportChoice,
+    PassedOver,
+    choose_export,
+    export_costs,
+)
 
 __all__ = [
     "BASELINE_ATTR",
+    "COST_BAND",
+    "COST_FIGURES",
     "RECORD_VERSION",
     "REFERENCE_ATTR",
     "STORAGE_ENV",
     "Evaluator",
+    "ExportChoice",
     "Figures",
     "Gate",
     "GateVerdict",
     "IncumbentPruner",
     "Metrics",
     "Objective",
+    "PassedOver",
     "PendingJournal",
     "Prestarter",
     "Progress",
@@ -56,10 +68,13 @@ __all__ = [
     "TrialRecord",
     "TrialReport",
     "TrialStatus",
+    "baseline_saturation",
     "baseline_trial",
     "best_feasible",
+    "choose_export",
     "constraints_hold",
     "ensure_baseline",
+    "export_costs",
     "fail_orphaned_trials",
     "failure_summary",
     "in_scope",
@@ -71,6 +86,7 @@ __all__ = [
     "render_reference",
     "resolve_storage_url",
     "run_study",
+    "saturation_summary",
     "standard_gates",
     "storage_fault",
     "suggest_values",

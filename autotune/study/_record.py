@@ -98,6 +98,16 @@ class Figures:
         return None if g is None else float(g)
 
     @property
+    def saturated(self) -> bool:
+        """The server could not keep up with the arrivals: the figures measure its queue."""
+        return bool(self.raw.get("saturated"))
+
+    @property
+    def saturation_note(self) -> str:
+        """The evidence of saturation and its fix, in one line (empty when not saturated)."""
+        return str(self.raw.get("saturation_note") or "")
+
+    @property
     def failures(self) -> Mapping[str, int]:
         """Failed requests by reason (HTTP status and the first line of the body), most common first."""
         return dict(self.raw.get("failures") or {})
@@ -157,6 +167,11 @@ class TrialRecord:
     @property
     def ok(self) -> bool:
         return self.status is TrialStatus.OK
+
+    @property
+    def saturated(self) -> bool:
+        """Measured, but the server could not keep up with the arrivals (see ``Figures.saturated``)."""
+        return self.ok and self.figures is not None and self.figures.saturated
 
     @property
     def startup_s(self) -> float | None:
@@ -239,6 +254,8 @@ class TrialRecord:
             value = self.metrics.raw.get(name) if self.metrics else None
             if value is not None:
                 out[name] = round(float(value), 3)
+        if self.saturated:
+            out["saturated"] = True
         if self.constraints:
             out["feasible"] = all(c <= 0 for c in self.constraints)
         if self.failure:

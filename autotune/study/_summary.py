@@ -5,9 +5,42 @@ from __future__ import annotations
 import optuna
 
 from autotune.study._best import best_feasible, completed_trials
-from autotune.study._record import read_record
+from autotune.study._record import TrialRecord, read_record
 
-__all__ = ["failure_summary"]
+__all__ = ["baseline_saturation", "failure_summary", "saturation_summary"]
+
+_FIX = "; fix: "
+
+
+def _fix(rec: TrialRecord) -> str:
+    note = rec.figures.saturation_note if rec.figures is not None else ""
+    return note.rpartition(_FIX)[2] or "a lower --speed or --rate, or a shorter workload"
+
+
+def baseline_saturation(rec: TrialRecord) -> str | None:
+    """Said right after a saturated baseline: its figures are a queue that a configuration may or may not cure."""
+    if not (rec.baseline and rec.saturated) or rec.figures is None:
+        return None
+    evidence = rec.figures.saturation_note.partition(" (")[2].rpartition(_FIX)[0].removesuffix(")")
+    return (
+        f"the baseline saturated the server: its requests queued behind the arrivals ({evidence}); a "
+        "configuration that keeps up beats it by the length of that queue, and if none does the load is "
+        f"the problem, not the configuration; fix: {_fix(rec)}"
+    )
+
+
+def saturation_summary(study: optuna.Study) -> str | None:
+    """The closing sentence of a study whose every measured trial saturated the server (None otherwise)."""
+    measured = [
+        r for r in (read_record(t) for t in completed_trials(study)) if r.ok and r.figures is not None
+    ]
+    if not measured or not all(r.saturated for r in measured):
+        return None
+    n = len(measured)
+    return (
+        f"every measured trial saturated the server ({n} of {n}): the figures measure its queue, not the "
+        f"configurations, so the best is not evidence of a better configuration; fix: {_fix(measured[0])}"
+    )
 
 
 def failure_summary(study: optuna.Study) -> str | None:

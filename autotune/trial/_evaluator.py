@@ -312,6 +312,8 @@ class VllmEvaluator:
         figures = combine_passes([p.figures for p in passes])
         if figures.behind_schedule and figures.schedule_note:
             notes.append(figures.schedule_note)
+        if figures.saturated and figures.saturation_note:
+            notes.append(figures.saturation_note)
         return _Measured(
             figures=figures,
             metrics=metrics,
@@ -325,11 +327,13 @@ class VllmEvaluator:
 
     def _figures(self, got: list[RequestTiming], result: ReplayResult | None) -> TrialFigures:
         if result is not None:
-            return summarize(result.timings, result.duration_s, slos_ms=self.slos_ms or None)
+            return summarize(
+                result.timings, result.duration_s, slos_ms=self.slos_ms or None, arrival=self.arrival
+            )
         sent = [t.sent for t in got]
         ends = [t.sent + (t.latency or 0.0) for t in got]
         duration = (max(ends) - min(sent)) if got else 0.0
-        return summarize(got, duration, slos_ms=self.slos_ms or None)
+        return summarize(got, duration, slos_ms=self.slos_ms or None, arrival=self.arrival)
 
     async def _one_pass(
         self,

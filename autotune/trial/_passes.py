@@ -133,6 +133,7 @@ def combine_passes(passes: Sequence[TrialFigures]) -> TrialFigures:
             failures[why] = failures.get(why, 0) + n
     goodputs = [p.goodput for p in passes if p.goodput is not None]
     behind = [p for p in passes if p.behind_schedule]
+    saturated = [p for p in passes if p.saturated]
     return TrialFigures(
         completed=sum(p.completed for p in passes),
         failed=sum(p.failed for p in passes),
@@ -149,6 +150,8 @@ def combine_passes(passes: Sequence[TrialFigures]) -> TrialFigures:
         failures=dict(sorted(failures.items(), key=lambda kv: -kv[1])),
         lag_max_ms=max(p.lag_max_ms for p in passes),
         lag_tolerance_ms=(behind[0] if behind else first).lag_tolerance_ms,
+        saturated=bool(saturated),
+        saturation_note=saturated[0].saturation_note if saturated else "",
     )
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import optuna
 
 from autotune.space import RenderedConfig
-from autotune.study import Objective, TrialRecord, baseline_trial, best_feasible, read_record
+from autotune.study import COST_FIGURES, Objective, TrialRecord, baseline_trial, best_feasible, read_record
 from autotune.trial import VllmEvaluator, compare_configs, significant_gain
 
 __all__ = ["confirm_best"]
@@ -33,9 +33,11 @@ def confirm_best(
     min_improvement: float,
     log_dir: Path,
     on_run: Callable[[str, int, TrialRecord], None] | None = None,
+    candidate: optuna.trial.FrozenTrial | None = None,
 ) -> tuple[optuna.trial.FrozenTrial | None, dict[str, Any] | None]:
-    """The trial to export and the confirmation record (None when nothing needed confirming)."""
-    best = best_feasible(study)
+    """The trial to export and the confirmation record (None when nothing needed confirming).
+    ``candidate``: the trial to confirm (default: the best feasible; see ``study.choose_export``)."""
+    best = candidate or best_feasible(study)
     base = baseline_trial(study)
     if best is None or base is None or best.number == base.number or rounds < 1:
         return best, None
@@ -44,7 +46,8 @@ def confirm_best(
         runner,
         [("baseline", _config(read_record(base))), (f"trial {best.number}", _config(read_record(best)))],
         rounds=rounds,
-        extra_figures=(objective.metric,) if objective.metric != "goodput" else (),
+        # the objective and every figure whose cost the summary names (study.export_costs)
+        extra_figures=tuple(dict.fromkeys(f for f in (objective.metric, *COST_FIGURES) if f != "goodput")),
         on_run=on_run,
     )
     ok, why = significant_gain(

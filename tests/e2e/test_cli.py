@@ -200,7 +200,7 @@ def test_fake_study_through_the_cli_prints_progress_and_exports(tmp_path: Path, 
     assert res.returncode == 0, res.stderr
     assert "trial 1/3" in res.stderr and "trial 3/3" in res.stderr and "best so far" in res.stderr
     assert "baseline: vLLM defaults" in res.stderr
-    assert (tmp_path / "best.yaml").exists() and "vllm serve" in res.stdout
+    assert (tmp_path / "best.yaml").exists() and f"--config {tmp_path / 'best.yaml'}" in res.stdout
     assert (tmp_path / "studies" / "rag-s.db").exists()
     assert (tmp_path / "studies" / "rag-s" / "trial-0000.log").exists()
 
@@ -287,6 +287,11 @@ def test_confirmation_keeps_the_best_only_if_it_beats_the_noise(
     if confirmed:
         assert "re-measured trial 1 against the baseline: confirmed" in res.stderr
         assert "block-size: 64" in best_yaml
+        # the costs against the baseline, in the summary and the header (the fake's block 64 costs none)
+        costs = next(
+            ln for ln in res.stdout.splitlines() if "beyond the 10% noise in the re-measurement" in ln
+        )
+        assert f"# {costs}" in best_yaml
     else:
         assert "block-size" not in best_yaml  # vLLM's defaults
         assert "the baseline was best" in best_yaml

@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from autotune.cli import app
@@ -144,3 +145,20 @@ def test_a_fixed_kv_size_that_does_not_fit_is_named_as_the_users(tmp_path: Path,
     flat = " ".join(out.split())
     assert rc == 5, out
     assert "your fixed --kv-cache-memory-bytes do not fit" in flat and "neither vLLM's defaults" not in flat
+
+
+@pytest.mark.parametrize("given", ["absolute", "relative", "hub id"])
+def test_init_writes_a_local_model_path_absolute_and_a_hub_id_as_it_is(
+    tmp_path: Path, tiny_model: Path, given: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A study file is read from its own folder and copied elsewhere: a local model is written as its
+    absolute path (init once rewrote an absolute --model into one relative to the file)."""
+    monkeypatch.chdir(tiny_model.parent)
+    model = {"absolute": str(tiny_model), "relative": tiny_model.name, "hub id": "Qwen/Qwen2.5-7B"}[given]
+    target = tmp_path / "conf" / "study.yaml"
+    rc, out = _invoke(
+        ["init", "--workload", str(REPO / "examples" / "rag.jsonl"), "--model", model, "--out", str(target)]
+    )
+    assert rc == 0, out
+    written = yaml.safe_load(target.read_text())["model"]
+    assert written == ("Qwen/Qwen2.5-7B" if given == "hub id" else str(tiny_model.absolute()))

@@ -17,6 +17,8 @@ Faults, from the environment:
   FAKE_CHECK_LENGTH=1       answer HTTP 400 with vLLM's error body when prompt words + max_tokens
                             exceed --max-model-len (vLLM checks this per request, after start-up)
   FAKE_TTFT_S=S             a fixed time to first token (e.g. 0 for replayer load tests)
+  FAKE_SERIAL=1             serve one request at a time (the others wait: arrivals faster than that queue,
+                            a server saturated on purpose)
   FAKE_TTFT_SCALE=X         multiply the modelled time to first token (so it dominates the HTTP overhead)
   FAKE_RESTART_JITTER=CV    each start draws a factor N(1, CV) for its time to first token
   FAKE_RESET_KEEPS=1        POST /reset_prefix_cache answers success but keeps the cache (a leaking tier)
@@ -32,6 +34,7 @@ request with ``max_tokens: 1`` in one chunk, so a replay of 100,000 tiny request
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -67,10 +70,33 @@ def _parse() -> argparse.Namespace:
     return args
 
 
+class _FirstComeFirstServed:
+    """One request at a time, in the order they came (as vLLM's scheduler admits them; a plain
+    lock would serve waiting requests in any order)."""
+
+    def __init__(self) -> None:
+        self._turn = threading.Condition()
+        self._next = 0
+        self._serving = 0
+
+    def __enter__(self) -> None:
+        with self._turn:
+            ticket = self._next
+            self._next += 1
+            while self._serving != ticket:
+                self._turn.wait()
+
+    def __exit__(self, *exc: object) -> None:
+        with self._turn:
+            self._serving += 1
+            self._turn.notify_all()
+
+
 class _State:
     def __init__(self, args: argparse.Namespace):
         self.args = args
         self.lock = threading.Lock()
+        self.serial = _FirstComeFirstServed()  # FAKE_SERIAL=1: held while a request is served
         self.requests = 0
         self.prompt_tokens = 0
         self.gen_tokens = 0
@@ -228,18 +254,21 @@ def _make_handler(state: _State):
             self.send_header("Transfer-Encoding", "chunked")
             self.end_headers()
             ttft = state.ttft_s * (1.0 - 0.5 * hit / max(len(words), 1))
-            if ttft > 0:
-                time.sleep(ttft)
-            with state.lock:
-                state.ttft_sum += ttft
-                state.gen_tokens += max_tokens
-            for i in range(max_tokens):
-                if i:
-                    time.sleep(state.itl_s)
-                choice = (
-                    {"index": 0, "delta": {"content": f"w{i} "}} if chat else {"index": 0, "text": f"w{i} "}
-                )
-                self._chunk({"choices": [choice]})
+            with state.serial if os.environ.get("FAKE_SERIAL") else contextlib.nullcontext():
+                if ttft > 0:
+                    time.sleep(ttft)
+                with state.lock:
+                    state.ttft_sum += ttft
+                    state.gen_tokens += max_tokens
+                for i in range(max_tokens):
+                    if i:
+                        time.sleep(state.itl_s)
+                    choice = (
+                        {"index": 0, "delta": {"content": f"w{i} "}}
+                        if chat
+                        else {"index": 0, "text": f"w{i} "}
+                    )
+                    self._chunk({"choices": [choice]})
             self._chunk(
                 {"choices": [], "usage": {"prompt_tokens": len(words), "completion_tokens": max_tokens}}
             )

@@ -7,7 +7,14 @@ import pytest
 import yaml
 
 from autotune.errors import ExportError
-from autotune.export import ExportedConfig, args_to_config, build_export, write_export
+from autotune.export import (
+    SERVE_LAUNCHER,
+    ExportedConfig,
+    args_to_config,
+    build_export,
+    runnable_launcher,
+    write_export,
+)
 
 
 def test_flag_values_keep_their_types_in_yaml() -> None:
@@ -85,7 +92,9 @@ def test_command_line_is_equivalent_and_shell_safe() -> None:
         env={"VLLM_CPU_KVCACHE_SPACE": "4"},
     )
     tokens = shlex.split(exported.command)
-    assert tokens[:4] == ["VLLM_CPU_KVCACHE_SPACE=4", "vllm", "serve", "/models/tiny"]
+    launcher = list(runnable_launcher(SERVE_LAUNCHER))  # `vllm serve`, or the module where it cannot run
+    model = ["/models/tiny"] if launcher[-1] == "serve" else ["--model", "/models/tiny"]
+    assert tokens[: 1 + len(launcher) + len(model)] == ["VLLM_CPU_KVCACHE_SPACE=4", *launcher, *model]
     assert tokens[tokens.index("--served-model-name") + 1] == "my model"
     assert tokens[tokens.index("--kv-transfer-config") + 1] == '{"kv_connector": "OffloadingConnector"}'
 
