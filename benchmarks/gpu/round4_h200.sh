@@ -44,7 +44,7 @@ case "$STEP" in
     # the budget counts from here: `time` is the judge of the night's wall
     { time timeout -s INT 575 python3 -m autotune nightly --study r4-night --workload benchmarks/gpu/rag_long.jsonl \
         --model /root/m8b --space benchmarks/gpu/space_h200_long.yaml --studies-dir "$R" --budget 8m \
-        --out "$R/deployed.yaml" --launcher "$L" "${FIXED[@]}" \
+        --out "$R/deployed.yaml" --launcher "$L" "${FIXED[@]}" --passes 1 \
         --on-promote "bash $PWD/benchmarks/gpu/on_promote_h200.sh $R/promoted" ; } \
       > "$OUT/night$N.stdout" 2> "$OUT/night$N.stderr"
     rc=$?
@@ -56,7 +56,7 @@ case "$STEP" in
   fidelity)
     snap > "$OUT/gpu-fidelity.txt"
     timeout -s INT 560 python3 benchmarks/bench_vs_vllm.py --model-dir /root/m8b \
-      --workload benchmarks/gpu/rag_long.jsonl --repeat 2 --rounds 3 --concurrency 8 --rate 6 --seed 0 \
+      --workload benchmarks/gpu/rag_long.jsonl --repeat 1 --rounds 3 --concurrency 8 --rate 6 --seed 0 \
       --modes closed,poisson,closed-shuffled \
       --launcher "$L" --engine-arg=--load-format=dummy --engine-arg=--max-model-len=8192 \
       --engine-arg=--gpu-memory-utilization=0.15 --json-out "$OUT/bench_vs_vllm_h200.json" \
