@@ -93,13 +93,23 @@ def served(args: argparse.Namespace, log_path: Path) -> Iterator[str]:
             time.sleep(1)
         yield url
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
+        stop_group(proc)
+
+
+def stop_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM to the server's process group, SIGKILL after 30 s; returns once no process of the
+    group is left (the API server exits before its engine core does)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the teardown short
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    deadline = time.monotonic() + 30
+    while True:
+        proc.poll()
         try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+            os.killpg(proc.pid, signal.SIGKILL if time.monotonic() > deadline else 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.2)
 
 
 def reset_cache(url: str) -> None:
@@ -257,7 +267,12 @@ def make_workload(args: argparse.Namespace, work: Path) -> Path:
     return path
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt  # SIGTERM (timeout, a job runner) stops the server as Ctrl-C does
+
+
 def main() -> int:
+    signal.signal(signal.SIGTERM, _interrupt)
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model-dir", required=True, help="the model folder (also bench's --tokenizer)")
     ap.add_argument("--workload", help="a workload file with prompts (completions); default: synthesized RAG")
