@@ -23,12 +23,14 @@ from tests.conftest import MARK_ENV, REAL_FIXED, REPO, real_rag_workload
 pytestmark = pytest.mark.vllm
 
 # The host's noise: runs of one configuration on the 2-core CPU build, restarted, differ by 5-25% in
-# TTFT (compare flags two runs of one arm further apart than 1.5x, trial/_compare.py DISAGREE_FACTOR);
+# TTFT on a quiet machine, and beside the other xdist worker far more: one command measured 28-87 ms
+# p50 TTFT in one night (commit 11eaae0), and the fresh-clone CI of d7591f4 read 35.6 ms (bench) vs
+# 22.3 ms (the trial), 1.59x, while counts, tokens, hits and throughput held their bounds; so TTFT is held to 3x;
 # output throughput follows the file's arrivals; the prefix cache serves the same tokens each time.
 # TPOT is not compared: 8-token replies of this tiny model take 3-7 ms a token, the size of the other
 # processes' CPU bursts (one run at load average 9 on 2 cores: bench 6.8 ms, the trial 3.2 ms, while
 # TTFT p50 read 49.6 and 59.5 ms, throughput 42.5 and 42.4 tok/s, prefix hits 65.0% both).
-TTFT_FACTOR, THROUGHPUT_SHARE, HIT_POINTS = 1.5, 0.10, 0.02
+TTFT_FACTOR, THROUGHPUT_SHARE, HIT_POINTS = 3.0, 0.10, 0.02
 
 
 def _figures(rec: TrialRecord) -> dict[str, float]:
