@@ -8,7 +8,7 @@
 #   call 1 (.gpu/c1 .gpu/p .gpu/s): bash .gpu/s/install.sh c1 && python3 .gpu/s/untar.py .gpu/p/p.tar.xz /root/site && bash benchmarks/gpu/round4_h200.sh check
 #   call 2 (.gpu/c2 .gpu/s):        bash .gpu/s/install.sh c2 && bash benchmarks/gpu/round4_h200.sh night 1
 #   call 3:                         bash benchmarks/gpu/round4_h200.sh night 2
-#   call 4:                         bash benchmarks/gpu/round4_h200.sh fidelity
+#   call 4:                         bash benchmarks/gpu/round4_h200.sh fidelity   (or: ... poisson)
 #
 # night N: `autotune nightly --budget 8m`, the deployed config = vLLM's defaults with the operator's
 #   fixed flags, searching from the prior, confirming A B A B, promoting through --on-promote
@@ -19,7 +19,7 @@
 #   arrival times for both), the workload's 60 prompts twice over; then the closed loop with bench
 #   shuffling its dataset, as it does by default (the outside measurement of issue 36).
 set -uo pipefail
-STEP=${1:?usage: round4_h200.sh check|night N|fidelity}
+STEP=${1:?usage: round4_h200.sh check|night N|fidelity|poisson}
 source .gpu/s/env.sh
 export PYTHONPATH=$PWD:${PYTHONPATH:-} PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}
@@ -64,5 +64,15 @@ case "$STEP" in
     echo "fidelity: exit $?" | tee -a "$OUT/gpu-fidelity.txt"
     left_over | tee -a "$OUT/gpu-fidelity.txt"
     tail -40 "$OUT/fidelity.stdout" ;;
-  *) echo "usage: round4_h200.sh check|night N|fidelity"; exit 2 ;;
+  poisson)  # the Poisson rounds alone (3 of each client, one seed, the same arrivals for both)
+    snap > "$OUT/gpu-poisson.txt"
+    timeout -s INT 420 python3 benchmarks/bench_vs_vllm.py --model-dir /root/m8b \
+      --workload benchmarks/gpu/rag_long.jsonl --repeat 1 --rounds 3 --concurrency 8 --rate 6 --seed 0 \
+      --modes poisson --launcher "$L" --engine-arg=--load-format=dummy --engine-arg=--max-model-len=8192 \
+      --engine-arg=--gpu-memory-utilization=0.15 --json-out "$OUT/bench_vs_vllm_h200_poisson.json" \
+      > "$OUT/poisson.stdout" 2> "$OUT/poisson.stderr"
+    echo "poisson: exit $?" | tee -a "$OUT/gpu-poisson.txt"
+    left_over | tee -a "$OUT/gpu-poisson.txt"
+    tail -30 "$OUT/poisson.stdout" ;;
+  *) echo "usage: round4_h200.sh check|night N|fidelity|poisson"; exit 2 ;;
 esac
