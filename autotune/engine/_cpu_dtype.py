@@ -1,8 +1,10 @@
-"""vLLM's CPU build on an x86 CPU without AVX-512: launched in float32, its KV byte sizes doubled.
+"""vLLM's CPU build on an x86 CPU without native bfloat16: launched in float32, KV sizes doubled.
 
 The x86 CPU build targets AVX-512; without it its linear layers fall back from oneDNN to plain torch
 in bfloat16 ("Failed to create oneDNN linear"), many times slower (``make demo`` took 30 min on a
-2-core AMD EPYC with AVX2), while in float32 oneDNN runs them. So every command the tool launches
+2-core AMD EPYC with AVX2), while in float32 oneDNN runs them. With AVX-512 but neither AVX512_BF16
+nor AMX (Ice Lake and older Xeons) bfloat16 runs through conversions, 1.5-1.6x slower than float32
+(benchmarks/RESULTS.md, "bfloat16 without AVX512_BF16"). So every command the tool launches
 with the CPU build on such a CPU gets ``--dtype float32`` when neither the fixed flags nor the tuned
 ones set a ``--dtype``. float32 doubles the KV bytes of a token (``--dtype auto`` serves bfloat16 or
 float16 on x86, float32 checkpoints included: ``vllm/config/model.py::_resolve_auto_dtype``), so each
@@ -23,7 +25,7 @@ import re
 from collections.abc import Sequence
 
 from autotune.engine._launch import LaunchSpec, build_argv
-from autotune.engine._platform import cpu_flags, installed_engine, lacks_avx512
+from autotune.engine._platform import cpu_flags, installed_engine, lacks_bf16
 from autotune.space import RenderedConfig, flag_pairs
 
 __all__ = ["FLOAT32_KV_SCALE", "float32_argv", "launch_argv", "serves_float32"]
@@ -34,9 +36,10 @@ _SIZE_RE = re.compile(r"(\d+(?:\.\d+)?)([kKmMgGtT]?)")  # vLLM's human_readable_
 
 
 def serves_float32() -> bool:
-    """Does the installed vLLM, on this CPU, need float32 to stay on oneDNN (the CPU build, x86
-    without AVX-512)? Reads the CPU first: on an AVX-512 or non-x86 host nothing else is asked."""
-    return lacks_avx512(cpu_flags()) and installed_engine().cpu_build
+    """Does the installed vLLM, on this CPU, need float32 to stay on oneDNN's fast path (the CPU
+    build, x86 without AVX-512, or AVX-512 without AVX512_BF16 and AMX)? Reads the CPU first: on a
+    bfloat16-capable or non-x86 host nothing else is asked."""
+    return lacks_bf16(cpu_flags()) and installed_engine().cpu_build
 
 
 def _flag(tok: str) -> str:

@@ -28,6 +28,7 @@ __all__ = [
     "installed_build",
     "installed_engine",
     "lacks_avx512",
+    "lacks_bf16",
 ]
 
 Build = Literal["cuda", "cpu", "rocm", "xpu", "unknown", "missing"]
@@ -168,20 +169,41 @@ def lacks_avx512(flags: tuple[str, ...] | None) -> bool:
     return flags is not None and "avx512f" not in flags
 
 
+BF16_ISAS = ("avx512_bf16", "amx_bf16")  # the x86 instructions that compute in bfloat16 natively
+
+
+def lacks_bf16(flags: tuple[str, ...] | None) -> bool:
+    """An x86 CPU that cannot compute in bfloat16 natively: no AVX-512 at all, or AVX-512 without
+    AVX512_BF16 and AMX (Ice Lake, Skylake and Cascade Lake Xeons), where vLLM's CPU build serves
+    bfloat16 through conversions, measured 1.5-1.6x slower than float32 on a 2-core Xeon of that kind
+    (benchmarks/RESULTS.md, "bfloat16 without AVX512_BF16")."""
+    return flags is not None and (lacks_avx512(flags) or not any(isa in flags for isa in BF16_ISAS))
+
+
 def cpu_build_isa_note(cpuinfo: Path | None = None) -> str | None:
-    """Why vLLM's CPU build would be slow on this CPU, or None: the x86 build targets AVX-512, and on
-    a CPU without ``avx512f`` its linear layers fall back from oneDNN to torch in bfloat16 (seen on an
-    AMD EPYC Zen 3 with AVX2: "Failed to create oneDNN linear"); in float32 they stay on oneDNN, so the
-    tool launches it in float32 there (:mod:`autotune.engine._cpu_dtype`). None off x86 or when /proc
-    cannot be read."""
+    """Why vLLM's CPU build would be slow in bfloat16 on this CPU, or None: the x86 build targets
+    AVX-512, and on a CPU without ``avx512f`` its linear layers fall back from oneDNN to torch in
+    bfloat16 (seen on an AMD EPYC Zen 3 with AVX2: "Failed to create oneDNN linear"); with AVX-512 but
+    neither AVX512_BF16 nor AMX, bfloat16 runs through conversions. float32 stays on oneDNN's fast
+    path in both cases, so the tool launches it in float32 there (:mod:`autotune.engine._cpu_dtype`).
+    None off x86 or when /proc cannot be read."""
     flags = cpu_flags(cpuinfo)
-    if not lacks_avx512(flags):
+    if not lacks_bf16(flags):
         return None
     assert flags is not None
-    best = next((isa for isa in ("avx2", "avx", "sse4_2") if isa in flags), "no AVX")
+    if lacks_avx512(flags):
+        best = next((isa for isa in ("avx2", "avx", "sse4_2") if isa in flags), "no AVX")
+        why = (
+            f"this CPU has {best.upper().replace('_', '.')} but no AVX-512: vLLM's x86 CPU build runs"
+            " its linear layers on a slow fallback here"
+        )
+    else:
+        why = (
+            "this CPU has AVX-512 but neither AVX512_BF16 nor AMX: vLLM's x86 CPU build computes"
+            " bfloat16 through conversions here, about 1.5x slower"
+        )
     return (
-        f"this CPU has {best.upper().replace('_', '.')} but no AVX-512: vLLM's x86 CPU build runs its linear"
-        " layers on a slow fallback here unless served in float32, so autotune launches it with --dtype"
-        " float32 where you fixed no --dtype, every KV byte size doubled to hold the same tokens"
+        f"{why} unless served in float32, so autotune launches it with --dtype float32 where you"
+        " fixed no --dtype, every KV byte size doubled to hold the same tokens"
         " (--kv-cache-memory-bytes 20M runs as 40M); a --dtype you fix is kept as given"
     )

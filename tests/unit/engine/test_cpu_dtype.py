@@ -64,3 +64,19 @@ def test_the_gpu_build_is_never_changed(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setenv(CPU_FLAGS_ENV, ZEN3)
     monkeypatch.setattr(cpu_dtype, "installed_engine", lambda: InstalledEngine(vllm_distribution="vllm"))
     assert "float32" not in _argv(DEMO)
+
+
+def test_avx512_without_bf16_is_served_float32_and_amx_or_avx512_bf16_is_not(
+    monkeypatch: pytest.MonkeyPatch, cpu_build: None
+) -> None:
+    ice_lake = f"{ZEN3} avx512f avx512bw avx512vl avx512_vnni"  # this round's 2-core Xeon: no bf16
+    monkeypatch.setenv(CPU_FLAGS_ENV, ice_lake)
+    argv = _argv(DEMO)
+    assert argv[-2:] == ["--dtype", "float32"] and "40M" in argv
+    note = cpu_build_isa_note()
+    assert note is not None and "neither AVX512_BF16 nor AMX" in note
+    for bf16 in ("avx512_bf16", "amx_bf16"):
+        monkeypatch.setenv(CPU_FLAGS_ENV, f"{ice_lake} {bf16}")
+        assert "float32" not in _argv(DEMO) and "20M" in _argv(DEMO)
+        assert cpu_build_isa_note() is None
+
