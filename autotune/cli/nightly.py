@@ -4,15 +4,18 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Optional
 
 import typer
 
 from autotune.cli._console import console, out
-from autotune.cli._study_options import ExportPath, Storage, StudiesDir, study_command
+from autotune.cli._study_options import FILE_HELP, ExportPath, Storage, StudiesDir, study_command
 from autotune.cli.run import open_and_announce
 from autotune.errors import EXIT_NOTHING_FEASIBLE, EXIT_REGRESSION, ConfigError, PromoteHookError
-from autotune.spec import StudySpec
+from autotune.spec import StudySpec, load_study_file, resolve_spec
+
+# typer needs Optional[...] at runtime on Python 3.10
+# ruff: noqa: UP045
 
 __all__ = ["app", "history", "nightly", "rollback"]
 
@@ -67,16 +70,39 @@ def nightly(spec: StudySpec) -> None:
         raise typer.Exit(EXIT_NOTHING_FEASIBLE)
 
 
+StudyFile = Annotated[Optional[Path], typer.Option("--file", "-f", help=FILE_HELP)]
+StudyName = Annotated[Optional[str], typer.Option("--study", help="Study name (or `study` in --file).")]
+
+
+def _named_study(ctx: typer.Context, command: str, file: Path | None, **given: Any) -> StudySpec:
+    """The study a subcommand acts on: its own flags < the group's (``nightly -f F rollback``) < the file's.
+
+    Flags override the file, as for ``nightly`` itself; the study name and storage may come from either."""
+    group = ctx.parent.obj if ctx.parent is not None and isinstance(ctx.parent.obj, dict) else {}
+    file = file or group.get("file")
+    flags = {**group.get("flags", {}), **{k: v for k, v in given.items() if v is not None}}
+    spec = resolve_spec("nightly", flags=flags, file=load_study_file(file) if file is not None else None)
+    if spec.study is None:
+        raise ConfigError(
+            f"nightly {command}: no study named (fix: --study NAME, or --file a study file with a `study` key)"
+        )
+    return spec
+
+
 @app.command("history")
 def history(
-    study: Annotated[str, typer.Option(help="Study name.")],
+    ctx: typer.Context,
+    file: StudyFile = None,
+    study: StudyName = None,
     storage: Storage = None,
-    studies_dir: StudiesDir = Path("studies"),
+    studies_dir: StudiesDir = None,
 ) -> None:
     """Print the nights of a study: incumbent, noise, regression, decision, trials, what changed."""
     from autotune.nightly import history_lines
 
-    for line in history_lines(study, storage, studies_dir):
+    spec = _named_study(ctx, "history", file, study=study, storage=storage, studies_dir=studies_dir)
+    assert spec.study is not None
+    for line in history_lines(spec.study, spec.storage, spec.studies_dir):
         out.print(line, soft_wrap=True, markup=False)
 
 
@@ -111,14 +137,18 @@ def _deliver(spec: StudySpec, record: Any, export: Path) -> None:
 
 @app.command("rollback")
 def rollback(
-    study: Annotated[str, typer.Option(help="Study name.")],
-    studies_dir: StudiesDir = Path("studies"),
+    ctx: typer.Context,
+    file: StudyFile = None,
+    study: StudyName = None,
+    studies_dir: StudiesDir = None,
     out_path: ExportPath = None,
 ) -> None:
     """Restore the previous promoted config into the export path (atomically); the withdrawn one is kept.
     The --on-promote hook is not run: deliver the restored file as a promotion is delivered."""
     from autotune.nightly import rollback as restore
 
-    export = Path(out_path) if out_path else Path(studies_dir) / study / "best.yaml"
+    spec = _named_study(ctx, "rollback", file, study=study, studies_dir=studies_dir, out=out_path)
+    assert spec.study is not None
+    export = Path(spec.out) if spec.out else Path(spec.studies_dir) / spec.study / "best.yaml"
     restored, withdrawn = restore(export, export.parent / "history")
     out.print(f"restored {restored} into {export}; the withdrawn config is kept as {withdrawn}")
