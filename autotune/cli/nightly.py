@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import time
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -11,7 +13,7 @@ import typer
 from autotune.cli._console import console, out
 from autotune.cli._study_options import FILE_HELP, ExportPath, Storage, StudiesDir, study_command
 from autotune.cli.run import open_and_announce
-from autotune.errors import EXIT_NOTHING_FEASIBLE, EXIT_REGRESSION, ConfigError, PromoteHookError
+from autotune.errors import EXIT_BUDGET, EXIT_NOTHING_FEASIBLE, EXIT_REGRESSION, ConfigError, PromoteHookError
 from autotune.spec import StudySpec, load_study_file, resolve_spec
 
 # typer needs Optional[...] at runtime on Python 3.10
@@ -34,12 +36,14 @@ def nightly(spec: StudySpec) -> None:
     tonight's noise.
 
     Exit codes: 0 no regression (kept or promoted); 3 regression detected; 4 nothing feasible;
-    2 usage error; 6 the study is already running; 1 other error; when the promoted config was
+    2 usage error; 6 the study is already running; 8 the budget could not hold one candidate (the last
+    line names the budget the plan needs); 1 other error; when the promoted config was
     exported but --on-promote failed, the hook's own exit code (128+N: killed by signal N).
     """
-    from autotune.nightly import NightOptions, run_night, write_night_reports
+    from autotune.nightly import NightOptions, process_start, run_night, write_night_reports
     from autotune.tuning import StudyLock, build_setup, check_study_name, plan_baseline
 
+    started = process_start()  # the budget is wall time for the whole night, from here
     if spec.study is None:
         raise ConfigError("nightly: --study is required (fix: the name the nights of one deployment share)")
     name = check_study_name(spec.study)
@@ -55,12 +59,14 @@ def nightly(spec: StudySpec) -> None:
             min_improvement=spec.min_improvement,
             incumbent=spec.incumbent,
             max_trials=spec.max_trials,
+            started=started,
         )
         record = run_night(setup, st, sdir, options, say=lambda line: console.print(line, soft_wrap=True))
         record, report, index = write_night_reports(st, sdir, record, setup)
         console.print(
             f"report: {report or 'not written (see the log)'}; index of nights: {index or 'not written'}"
         )
+    record = dataclasses.replace(record, duration_s=time.monotonic() - started)  # to exit, but the hook
     out.print(record.summary(), soft_wrap=True)
     if record.decision == "promoted" and spec.on_promote:
         _deliver(spec, record, options.out)  # after the atomic export; its failure never loses it
@@ -68,6 +74,9 @@ def nightly(spec: StudySpec) -> None:
         raise typer.Exit(EXIT_REGRESSION)
     if record.decision == "nothing_feasible":
         raise typer.Exit(EXIT_NOTHING_FEASIBLE)
+    if record.budget_needed_s is not None:
+        out.print(record.budget_line(), soft_wrap=True, markup=False)
+        raise typer.Exit(EXIT_BUDGET)
 
 
 StudyFile = Annotated[Optional[Path], typer.Option("--file", "-f", help=FILE_HELP)]

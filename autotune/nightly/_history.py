@@ -3,6 +3,7 @@ worker, report and later night reads the same history, on SQLite or PostgreSQL."
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -45,6 +46,7 @@ class NightRecord:
     candidates: list[dict[str, Any]] = field(default_factory=list)  # Candidate.as_dict(), tonight's trials
     run_costs: list[float] = field(default_factory=list)  # seconds per engine run tonight
     workload_changes: list[str] = field(default_factory=list)  # in words: requests, tokens, reuse
+    budget_needed_s: float | None = None  # set when the budget let no candidate run: what the plan needs
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -62,7 +64,8 @@ class NightRecord:
             f"Night {self.number} ({self.date}), {self.metric}:",
             f"{self.incumbent_label} {_fig(inc)}, baseline {_fig(base)}, {self.band_text()}.",
             ("REGRESSION: " if self.regression else "No regression: ") + self.regression_reason + ".",
-            f"{self.trials_text()} in {self.duration_s / 60:.1f} of {self.budget_s / 60:.1f} min.",
+            f"{self.trials_text()} in {self.duration_s / 60:.1f} of {self.budget_s / 60:.1f} min"
+            " (wall time from the start).",
         ]
         if self.decision == "promoted":
             parts.append(f"Promoted trial #{self.promoted_trial} ({self.reason}); wrote {self.export}.")
@@ -75,6 +78,16 @@ class NightRecord:
         if self.changes:
             parts.append("Changed since the last night: " + "; ".join(self.changes) + ".")
         return " ".join(parts)
+
+    def budget_line(self) -> str:
+        """The last line of a night that could not run one candidate (exit 8); '' otherwise."""
+        if self.budget_needed_s is None:
+            return ""
+        return (
+            f"budget: {self.budget_s / 60:.1f} min could not hold one candidate; at tonight's measured "
+            f"costs the plan needs {self.budget_needed_s / 60:.1f} min "
+            f"(fix: --budget {math.ceil(self.budget_needed_s / 60)}m or more)"
+        )
 
     def band_text(self) -> str:
         if self.noise_band is None:

@@ -29,6 +29,7 @@ import optuna
 from autotune.export import export_best
 from autotune.nightly._decide import Candidate, candidates_of, no_candidate_reason, worse_reason
 from autotune.nightly._history import NIGHT_ATTR, NightRecord, nights, save_night
+from autotune.nightly._plan import make_plan
 from autotune.nightly._promote import keep_promoted, promoted_history
 from autotune.nightly._tonight import NightOptions, _Night, begin_night, remeasure
 from autotune.nightly._verdict import figure_of, regression, regression_against_baseline
@@ -87,12 +88,11 @@ def _search(n: _Night) -> str:
 
     def should_stop() -> bool:
         if repeats["n"] >= 5:
-            n.say("stopped the search: the sampler proposed already measured configurations 5 times in a row")
-            return True
-        if len(idle) >= IDLE_STOP:  # e.g. fixed flags that leave no room: every candidate refused at once
-            n.say(
-                f"stopped the search: the last {IDLE_STOP} candidates could not start an engine ({idle[-1]})"
-            )
+            n.search_stop = "the sampler proposed already measured configurations 5 times in a row"
+        elif len(idle) >= IDLE_STOP:  # e.g. fixed flags that leave no room: every candidate refused at once
+            n.search_stop = f"the last {IDLE_STOP} candidates could not start an engine ({idle[-1]})"
+        if n.search_stop:
+            n.say(f"stopped the search: {n.search_stop}")
             return True
         return not n.clock.can_start(1, reserve)
 
@@ -254,9 +254,29 @@ def run_night(
         candidates=[c.as_dict() for c in cands],
         run_costs=list(n.clock.run_costs),
         workload_changes=n.drift,
+        budget_needed_s=_budget_needed(n, cands, decision, why_none),
     )
     save_night(study, record)
     return record
+
+
+def _budget_needed(n: _Night, cands: list[Candidate], decision: _Decision, why_none: str) -> float | None:
+    """The budget tonight's plan needs, when the budget let no candidate run (exit 8); else None.
+
+    At tonight's measured cost of a run: one round of the re-measurement, MIN_CANDIDATES candidates
+    and the promotion check, plus what tonight spent outside engine runs (set-up, reports)."""
+    if not n.plan.search or decision.decision != "kept" or n.search_stop:
+        return None
+    if why_none and not why_none.startswith("the re-measurement took"):
+        return None
+    if any(list(c.args) != list(n.inc_config.args) and not c.baseline for c in cands):
+        return None  # a candidate ran: the budget held one
+    if n.options.max_trials is not None and len(cands) >= n.options.max_trials:
+        return None
+    per_run = n.clock.per_run()
+    plan = make_plan(n.options.budget_s, [per_run], arms=n.plan.arms, rounds=1, search=True)
+    outside = max(n.clock.elapsed() - sum(n.clock.run_costs), 0.0)
+    return plan.smallest_budget_s + outside
 
 
 def _promote(study: optuna.Study, trial: optuna.trial.FrozenTrial, out: Path, night: int) -> None:

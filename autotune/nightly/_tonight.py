@@ -38,6 +38,7 @@ class NightOptions:
     incumbent: Path | None = None  # the deployed config (YAML); default: the last promoted one
     top_k: int = 3  # previous nights' best configurations re-tried first
     max_trials: int | None = None  # cap on new trials (tests); None: the budget decides
+    started: float | None = None  # time.monotonic() of the process start (the CLI's); None: now
 
 
 @dataclass
@@ -65,6 +66,7 @@ class _Night:
     inc_figure: dict[str, Any] | None = None
     base_figure: dict[str, Any] | None = None
     band: Band = field(default_factory=lambda: Band(None, ""))
+    search_stop: str = ""  # why the search stopped, when not the budget (repeats, idle candidates)
 
     @property
     def metric(self) -> str:
@@ -121,7 +123,9 @@ def begin_night(
     setup: TuningSetup, study: optuna.Study, sdir: Path, options: NightOptions, say: Callable[[str], None]
 ) -> _Night:
     """The plan, printed first, then what changed since the last night."""
-    clock = _Clock(options.budget_s)  # from the night's start: the fingerprints count too
+    clock = _Clock(options.budget_s)  # from the process start when the CLI gives it
+    if options.started is not None:
+        clock.t0 = options.started
     previous = last_night(study)
     number = (previous.number + 1) if previous else 1
     inc_label, inc_config, inc_params = _incumbent(setup, study, options, previous)
