@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
+from rich.text import Text
 
 from autotune.cli._console import console, out
 from autotune.cli._study_options import FILE_HELP, ExportPath, Storage, StudiesDir, study_command
@@ -107,12 +108,22 @@ def history(
     studies_dir: StudiesDir = None,
 ) -> None:
     """Print the nights of a study: incumbent, noise, regression, decision, trials, what changed."""
-    from autotune.nightly import history_lines
+    from rich.table import Table
+
+    from autotune.nightly import history_table
 
     spec = _named_study(ctx, "history", file, study=study, storage=storage, studies_dir=studies_dir)
     assert spec.study is not None
-    for line in history_lines(spec.study, spec.storage, spec.studies_dir):
-        out.print(line, soft_wrap=True, markup=False)
+    found = history_table(spec.study, spec.storage, spec.studies_dir)
+    if not found.rows:
+        out.print(found.title, soft_wrap=True, markup=False)
+        return
+    table = Table(title=found.title, title_justify="left")
+    for name in found.columns:
+        table.add_column(name, overflow="fold", no_wrap=name in ("night", "figure", "trials", "time"))
+    for row in found.rows:
+        table.add_row(*(Text(cell) for cell in row))  # cells as text: a reason's [..] is no markup
+    out.print(table)
 
 
 def _deliver(spec: StudySpec, record: Any, export: Path) -> None:

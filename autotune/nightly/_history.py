@@ -9,7 +9,9 @@ from typing import Any
 
 import optuna
 
-__all__ = ["NIGHT_ATTR", "NightRecord", "last_night", "nights", "save_night"]
+from autotune.report import figure_text
+
+__all__ = ["NIGHT_ATTR", "NightRecord", "figure_range", "last_night", "nights", "save_night"]
 
 NIGHT_ATTR = "night"  # trial attr: the night that ran it
 _PREFIX = "night:"
@@ -62,7 +64,8 @@ class NightRecord:
         base = self.baseline_figure
         parts = [
             f"Night {self.number} ({self.date}), {self.metric}:",
-            f"{self.incumbent_label} {_fig(inc)}, baseline {_fig(base)}, {self.band_text()}.",
+            f"{self.incumbent_label} {figure_range(inc, self.metric)}, baseline "
+            f"{figure_range(base, self.metric)}, {self.band_text()}.",
             ("REGRESSION: " if self.regression else "No regression: ") + self.regression_reason + ".",
             f"{self.trials_text()} in {self.duration_s / 60:.1f} of {self.budget_s / 60:.1f} min"
             " (wall time from the start).",
@@ -103,10 +106,11 @@ class NightRecord:
         return f"{self.trials} trial(s) tonight{extra}"
 
 
-def _fig(f: dict[str, Any] | None) -> str:
+def figure_range(f: dict[str, Any] | None, metric: str) -> str:
+    """``63.4 ms [61.2 ms-65.0 ms]``: the median and range of a figure, with units."""
     if not f:
         return "not measured"
-    return f"{f['median']:.4g} [{f['low']:.4g}-{f['high']:.4g}]"
+    return f"{figure_text(f['median'], metric)} [{figure_text(f['low'], metric)}-{figure_text(f['high'], metric)}]"
 
 
 def nights(study: optuna.Study) -> list[NightRecord]:

@@ -249,7 +249,8 @@ class StudySpec(BaseModel):
         commands=("run", "nightly"),
     )  # fmt: skip
     incumbent: Path | None = _opt(
-        None, "The deployed config (YAML). Default: the study's last promoted one, else the baseline.",
+        None, "The deployed config (YAML). Default: --out when it exists (whoever wrote it), else the study's "
+        "last promoted one, else the baseline.",
         commands=("nightly",),
     )  # fmt: skip
     on_promote: str | None = _opt(

@@ -94,3 +94,11 @@ def test_the_night_clock_counts_from_the_process_start() -> None:
 
     age = time.time() - psutil.Process().create_time()  # this pytest process started a while ago
     assert time.monotonic() - process_start() == pytest.approx(age, abs=0.5)
+
+
+def test_a_later_night_without_a_band_does_not_say_there_was_no_earlier_night() -> None:
+    one_pass = [[_run(3422.0)]]
+    assert "no earlier night" in noise_band(one_pass, "ttft_p50", []).source  # night 1
+    band = noise_band(one_pass, "ttft_p50", [None, None])  # night 3: nights 1 and 2 measured none
+    assert band.value is None and "no earlier night" not in band.source
+    assert "none of the 2 earlier night(s) measured a band" in band.source
