@@ -33,6 +33,7 @@ its reason. Programming errors are not caught.
 from __future__ import annotations
 
 __all__ = [
+    "EXIT_BUDGET",
     "EXIT_NOTHING_FEASIBLE",
     "EXIT_NO_BASELINE",
     "EXIT_REGRESSION",
@@ -56,6 +57,7 @@ __all__ = [
 EXIT_REGRESSION = 3
 EXIT_NOTHING_FEASIBLE = 4
 EXIT_NO_BASELINE = 5
+EXIT_BUDGET = 8  # a night whose budget could not hold one candidate
 
 
 class AutotuneError(Exception):

@@ -42,7 +42,7 @@
 # Exit status: 2 and one line on stderr for a bad or missing variable; otherwise autotune's own
 # (0 done or, for nightly, no regression; 1 other error; 2 bad input; 3 regression and 4 nothing
 # feasible (nightly); 5 no baseline could be measured; 6 the study already running on this host;
-# 130 interrupted). The script execs autotune, so signals (SIGTERM from Kubernetes,
+# 8 the night's budget could not hold one candidate (nightly); 130 interrupted). The script execs autotune, so signals (SIGTERM from Kubernetes,
 # systemd or `docker stop`) reach it directly and it stops every vLLM process it started.
 set -euo pipefail
 

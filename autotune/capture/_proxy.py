@@ -151,7 +151,8 @@ class _Proxy:
             return
         if method == "POST" and path in RECORDED_PATHS and response.status < 400:
             try:
-                self.recorder.submit(CapturedRequest(arrival=arrival, path=path, body=body))
+                session = dict(scope["headers"]).get(b"x-session-id", b"").decode("latin-1") or None
+                self.recorder.submit(CapturedRequest(arrival=arrival, path=path, body=body, session=session))
             except Exception:  # never fail a request because recording failed
                 log.exception("capture: recorder refused a request")
         watch = asyncio.create_task(_on_disconnect(receive, response))

@@ -1,13 +1,14 @@
 """From a request the proxy forwarded to one workload-format record in an hourly traffic file.
 
 Runs in the recorder's writer process, never on the request path. A record keeps what tuning needs
-(prompt or messages, ``max_tokens``, the arrival time); headers, API keys and every other body
-field are left out. Timestamps are seconds from the start of the UTC hour of the file
+(prompt or messages, ``max_tokens``, the arrival time, a hashed session id); headers, API keys and
+every other body field are left out. Timestamps are seconds from the start of the UTC hour of the file
 (``traffic-YYYYMMDDTHH.jsonl``), the layout :func:`autotune.workload.load_traffic` reads.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ class CapturedRequest:
     arrival: float  # epoch seconds when the proxy received the request
     path: str  # "/v1/chat/completions" or "/v1/completions"
     body: bytes
+    session: str | None = None  # the client's X-Session-Id header, when it sent one
 
 
 class BadRecord(ValueError):
@@ -87,4 +89,29 @@ def to_record(req: CapturedRequest) -> dict[str, Any]:
             raise BadRecord("completions request without one text prompt")
         record["prompt"] = prompt
     record["max_tokens"] = _max_tokens(body)
+    session = _session_id(req.session, body, record.get("messages"))
+    if session is not None:
+        record["session_id"] = session
     return record
+
+
+def _digest(kind: str, value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+    return f"{kind}-{hashlib.sha256(text.encode()).hexdigest()[:16]}"
+
+
+def _session_id(
+    header: str | None, body: dict[str, Any], messages: list[dict[str, str]] | None
+) -> str | None:
+    """The turns of one conversation share it (multi-turn prefix reuse): the client's X-Session-Id,
+    else its ``user`` field, else (chat) the conversation's opening (system messages and the first
+    user message), which every later turn repeats. Hashed: an id is kept, never the client's value."""
+    if header:
+        return _digest("header", header)
+    user = body.get("user")
+    if isinstance(user, str) and user:
+        return _digest("user", user)
+    if messages:
+        first_user = next((i for i, m in enumerate(messages) if m["role"] == "user"), len(messages) - 1)
+        return _digest("prefix", messages[: first_user + 1])
+    return None

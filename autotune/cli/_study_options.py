@@ -106,7 +106,8 @@ def study_command(
 
         @functools.wraps(fn)
         def command_fn(ctx: typer.Context, file: Path | None = None, **values: Any) -> None:
-            if ctx.invoked_subcommand is not None:  # a group's own options (``nightly history``): not run
+            if ctx.invoked_subcommand is not None:  # a group's own options (``nightly -f F history``): kept
+                ctx.ensure_object(dict).update(file=file, flags=explicit_flags(ctx, values))
                 return
             study_file = load_study_file(file) if file is not None else None
             flags = explicit_flags(ctx, values)

@@ -3,16 +3,22 @@
 
 from __future__ import annotations
 
+import dataclasses
+import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Optional
 
 import typer
+from rich.text import Text
 
 from autotune.cli._console import console, out
-from autotune.cli._study_options import ExportPath, Storage, StudiesDir, study_command
+from autotune.cli._study_options import FILE_HELP, ExportPath, Storage, StudiesDir, study_command
 from autotune.cli.run import open_and_announce
-from autotune.errors import EXIT_NOTHING_FEASIBLE, EXIT_REGRESSION, ConfigError, PromoteHookError
-from autotune.spec import StudySpec
+from autotune.errors import EXIT_BUDGET, EXIT_NOTHING_FEASIBLE, EXIT_REGRESSION, ConfigError, PromoteHookError
+from autotune.spec import StudySpec, load_study_file, resolve_spec
+
+# typer needs Optional[...] at runtime on Python 3.10
+# ruff: noqa: UP045
 
 __all__ = ["app", "history", "nightly", "rollback"]
 
@@ -31,12 +37,14 @@ def nightly(spec: StudySpec) -> None:
     tonight's noise.
 
     Exit codes: 0 no regression (kept or promoted); 3 regression detected; 4 nothing feasible;
-    2 usage error; 6 the study is already running; 1 other error; when the promoted config was
+    2 usage error; 6 the study is already running; 8 the budget could not hold one candidate (the last
+    line names the budget the plan needs); 1 other error; when the promoted config was
     exported but --on-promote failed, the hook's own exit code (128+N: killed by signal N).
     """
-    from autotune.nightly import NightOptions, run_night, write_night_reports
+    from autotune.nightly import NightOptions, process_start, run_night, write_night_reports
     from autotune.tuning import StudyLock, build_setup, check_study_name, plan_baseline
 
+    started = process_start()  # the budget is wall time for the whole night, from here
     if spec.study is None:
         raise ConfigError("nightly: --study is required (fix: the name the nights of one deployment share)")
     name = check_study_name(spec.study)
@@ -52,12 +60,14 @@ def nightly(spec: StudySpec) -> None:
             min_improvement=spec.min_improvement,
             incumbent=spec.incumbent,
             max_trials=spec.max_trials,
+            started=started,
         )
         record = run_night(setup, st, sdir, options, say=lambda line: console.print(line, soft_wrap=True))
         record, report, index = write_night_reports(st, sdir, record, setup)
         console.print(
             f"report: {report or 'not written (see the log)'}; index of nights: {index or 'not written'}"
         )
+    record = dataclasses.replace(record, duration_s=time.monotonic() - started)  # to exit, but the hook
     out.print(record.summary(), soft_wrap=True)
     if record.decision == "promoted" and spec.on_promote:
         _deliver(spec, record, options.out)  # after the atomic export; its failure never loses it
@@ -65,19 +75,55 @@ def nightly(spec: StudySpec) -> None:
         raise typer.Exit(EXIT_REGRESSION)
     if record.decision == "nothing_feasible":
         raise typer.Exit(EXIT_NOTHING_FEASIBLE)
+    if record.budget_needed_s is not None:
+        out.print(record.budget_line(), soft_wrap=True, markup=False)
+        raise typer.Exit(EXIT_BUDGET)
+
+
+StudyFile = Annotated[Optional[Path], typer.Option("--file", "-f", help=FILE_HELP)]
+StudyName = Annotated[Optional[str], typer.Option("--study", help="Study name (or `study` in --file).")]
+
+
+def _named_study(ctx: typer.Context, command: str, file: Path | None, **given: Any) -> StudySpec:
+    """The study a subcommand acts on: its own flags < the group's (``nightly -f F rollback``) < the file's.
+
+    Flags override the file, as for ``nightly`` itself; the study name and storage may come from either."""
+    group = ctx.parent.obj if ctx.parent is not None and isinstance(ctx.parent.obj, dict) else {}
+    file = file or group.get("file")
+    flags = {**group.get("flags", {}), **{k: v for k, v in given.items() if v is not None}}
+    spec = resolve_spec("nightly", flags=flags, file=load_study_file(file) if file is not None else None)
+    if spec.study is None:
+        raise ConfigError(
+            f"nightly {command}: no study named (fix: --study NAME, or --file a study file with a `study` key)"
+        )
+    return spec
 
 
 @app.command("history")
 def history(
-    study: Annotated[str, typer.Option(help="Study name.")],
+    ctx: typer.Context,
+    file: StudyFile = None,
+    study: StudyName = None,
     storage: Storage = None,
-    studies_dir: StudiesDir = Path("studies"),
+    studies_dir: StudiesDir = None,
 ) -> None:
     """Print the nights of a study: incumbent, noise, regression, decision, trials, what changed."""
-    from autotune.nightly import history_lines
+    from rich.table import Table
 
-    for line in history_lines(study, storage, studies_dir):
-        out.print(line, soft_wrap=True, markup=False)
+    from autotune.nightly import history_table
+
+    spec = _named_study(ctx, "history", file, study=study, storage=storage, studies_dir=studies_dir)
+    assert spec.study is not None
+    found = history_table(spec.study, spec.storage, spec.studies_dir)
+    if not found.rows:
+        out.print(found.title, soft_wrap=True, markup=False)
+        return
+    table = Table(title=found.title, title_justify="left")
+    for name in found.columns:
+        table.add_column(name, overflow="fold", no_wrap=name in ("night", "figure", "trials", "time"))
+    for row in found.rows:
+        table.add_row(*(Text(cell) for cell in row))  # cells as text: a reason's [..] is no markup
+    out.print(table)
 
 
 def _deliver(spec: StudySpec, record: Any, export: Path) -> None:
@@ -111,14 +157,18 @@ def _deliver(spec: StudySpec, record: Any, export: Path) -> None:
 
 @app.command("rollback")
 def rollback(
-    study: Annotated[str, typer.Option(help="Study name.")],
-    studies_dir: StudiesDir = Path("studies"),
+    ctx: typer.Context,
+    file: StudyFile = None,
+    study: StudyName = None,
+    studies_dir: StudiesDir = None,
     out_path: ExportPath = None,
 ) -> None:
     """Restore the previous promoted config into the export path (atomically); the withdrawn one is kept.
     The --on-promote hook is not run: deliver the restored file as a promotion is delivered."""
     from autotune.nightly import rollback as restore
 
-    export = Path(out_path) if out_path else Path(studies_dir) / study / "best.yaml"
+    spec = _named_study(ctx, "rollback", file, study=study, studies_dir=studies_dir, out=out_path)
+    assert spec.study is not None
+    export = Path(spec.out) if spec.out else Path(spec.studies_dir) / spec.study / "best.yaml"
     restored, withdrawn = restore(export, export.parent / "history")
     out.print(f"restored {restored} into {export}; the withdrawn config is kept as {withdrawn}")

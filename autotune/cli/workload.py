@@ -235,7 +235,9 @@ def validate_cmd(
 
 @app.command("inspect")
 def inspect_cmd(
-    file: Annotated[Path, typer.Argument(help="Workload JSONL file.")],
+    file: Annotated[
+        Path, typer.Argument(help="Workload JSONL file, or a folder of traffic files (as --workload DIR).")
+    ],
     model: Annotated[
         Path | None,
         typer.Option("--model", help="Local model directory: exact tokens, chat template, KV size."),
@@ -251,8 +253,13 @@ def inspect_cmd(
 ) -> None:
     """Sizes, arrival rate, sessions and prefix-reuse potential (upper bound of the prefix-cache hit rate)."""
     from autotune.engine import installed_engine
+    from autotune.workload import load_traffic
 
-    workload = load_workload(file, skip_bad_lines=skip_bad_lines)
+    workload = (
+        load_traffic(file, skip_bad_lines=skip_bad_lines)  # every file of the folder, merged
+        if file.is_dir()
+        else load_workload(file, skip_bad_lines=skip_bad_lines)
+    )
     if block_size is None:
         block_size = 128 if installed_engine().cpu_build else 16
     tokenizer = _tokenizer(model)

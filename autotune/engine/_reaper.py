@@ -57,7 +57,10 @@ def _on_terminate(signum: int, frame: FrameType | None) -> None:
     raised here could land inside httpcore's shielded close and surface as a RuntimeError instead);
     elsewhere it is Python's default, which raises KeyboardInterrupt.
     """
-    log.warning("received signal %s: stopping engines", signal.Signals(signum).name)
+    with _lock:
+        live = len(_live)
+    if live:  # a command that started none (capture, bench) has none to stop, and says nothing of them
+        log.warning("received signal %s: stopping %d engine(s)", signal.Signals(signum).name, live)
     stop_all()
     handler = signal.getsignal(signal.SIGINT)
     if callable(handler):

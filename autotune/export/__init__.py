@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from autotune.export._study import export_best, measured_engine_argv, measured_launcher
+from autotune.export._study import export_best, exports_the_same, measured_engine_argv, measured_launcher
 from autotune.export._yaml import (
     SERVE_LAUNCHER,
     ExportedConfig,
@@ -20,6 +20,7 @@ __all__ = [
     "build_export",
     "config_to_argv",
     "export_best",
+    "exports_the_same",
     "measured_engine_argv",
     "measured_launcher",
     "runnable_launcher",

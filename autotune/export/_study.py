@@ -14,13 +14,19 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import optuna
+import yaml
 
 from autotune.errors import ExportError
 from autotune.export._yaml import ExportedConfig, build_export, config_to_argv, typed_value, write_export
 from autotune.space import flag_pairs
 from autotune.study import TrialRecord, baseline_trial, best_feasible, failure_summary, read_record
 
-__all__ = ["export_best", "measured_engine_argv", "measured_launcher"]
+__all__ = [
+    "export_best",
+    "exports_the_same",
+    "measured_engine_argv",
+    "measured_launcher",
+]
 
 _PER_TRIAL = {"--host", "--port"}
 
@@ -61,6 +67,20 @@ def _canonical(argv: Sequence[str]) -> Counter[tuple[str, str | None]]:
         (n.replace("_", "-"), None if v is None else json.dumps(typed_value(v), sort_keys=True))
         for n, v in flag_pairs(argv)
     )
+
+
+def exports_the_same(trial: optuna.trial.FrozenTrial, path: Path) -> bool:
+    """Would exporting ``trial`` write the engine command already in ``path`` (header comments and the
+    model's path aside)? False when ``path`` is missing or unreadable."""
+    rec = read_record(trial)
+    try:
+        data = yaml.safe_load(Path(path).read_text()) if rec.command else None
+    except (OSError, yaml.YAMLError):
+        return False
+    if not isinstance(data, dict):
+        return False
+    data.pop("model", None)
+    return _canonical(measured_engine_argv(rec.command)[1]) == _canonical(config_to_argv(data))
 
 
 def _header(study: optuna.Study, best: optuna.trial.FrozenTrial, rec: TrialRecord) -> list[str]:

@@ -3,12 +3,15 @@ worker, report and later night reads the same history, on SQLite or PostgreSQL."
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 import optuna
 
-__all__ = ["NIGHT_ATTR", "NightRecord", "last_night", "nights", "save_night"]
+from autotune.report import figure_text
+
+__all__ = ["NIGHT_ATTR", "NightRecord", "figure_range", "last_night", "nights", "save_night"]
 
 NIGHT_ATTR = "night"  # trial attr: the night that ran it
 _PREFIX = "night:"
@@ -45,6 +48,7 @@ class NightRecord:
     candidates: list[dict[str, Any]] = field(default_factory=list)  # Candidate.as_dict(), tonight's trials
     run_costs: list[float] = field(default_factory=list)  # seconds per engine run tonight
     workload_changes: list[str] = field(default_factory=list)  # in words: requests, tokens, reuse
+    budget_needed_s: float | None = None  # set when the budget let no candidate run: what the plan needs
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -60,9 +64,11 @@ class NightRecord:
         base = self.baseline_figure
         parts = [
             f"Night {self.number} ({self.date}), {self.metric}:",
-            f"{self.incumbent_label} {_fig(inc)}, baseline {_fig(base)}, {self.band_text()}.",
+            f"{self.incumbent_label} {figure_range(inc, self.metric)}, baseline "
+            f"{figure_range(base, self.metric)}, {self.band_text()}.",
             ("REGRESSION: " if self.regression else "No regression: ") + self.regression_reason + ".",
-            f"{self.trials_text()} in {self.duration_s / 60:.1f} of {self.budget_s / 60:.1f} min.",
+            f"{self.trials_text()} in {self.duration_s / 60:.1f} of {self.budget_s / 60:.1f} min"
+            " (wall time from the start).",
         ]
         if self.decision == "promoted":
             parts.append(f"Promoted trial #{self.promoted_trial} ({self.reason}); wrote {self.export}.")
@@ -75,6 +81,16 @@ class NightRecord:
         if self.changes:
             parts.append("Changed since the last night: " + "; ".join(self.changes) + ".")
         return " ".join(parts)
+
+    def budget_line(self) -> str:
+        """The last line of a night that could not run one candidate (exit 8); '' otherwise."""
+        if self.budget_needed_s is None:
+            return ""
+        return (
+            f"budget: {self.budget_s / 60:.1f} min could not hold one candidate; at tonight's measured "
+            f"costs the plan needs {self.budget_needed_s / 60:.1f} min "
+            f"(fix: --budget {math.ceil(self.budget_needed_s / 60)}m or more)"
+        )
 
     def band_text(self) -> str:
         if self.noise_band is None:
@@ -90,10 +106,11 @@ class NightRecord:
         return f"{self.trials} trial(s) tonight{extra}"
 
 
-def _fig(f: dict[str, Any] | None) -> str:
+def figure_range(f: dict[str, Any] | None, metric: str) -> str:
+    """``63.4 ms [61.2 ms-65.0 ms]``: the median and range of a figure, with units."""
     if not f:
         return "not measured"
-    return f"{f['median']:.4g} [{f['low']:.4g}-{f['high']:.4g}]"
+    return f"{figure_text(f['median'], metric)} [{figure_text(f['low'], metric)}-{figure_text(f['high'], metric)}]"
 
 
 def nights(study: optuna.Study) -> list[NightRecord]:

@@ -5,7 +5,8 @@
    when the budget is short, so that the search still runs.
 1. Fingerprints of the environment and the workload, compared with the last night's; a new day's
    traffic is named in words (requests, prompt tokens, reuse, working set).
-2. The incumbent (``--incumbent``, else the last promoted config, else the baseline) and the
+2. The incumbent (``--incumbent``, else the export ``out`` when it exists, else the last promoted
+   config, else the baseline) and the
    baseline (vLLM's defaults, or the study's runnable reference), alternately: tonight's noise band
    and the regression verdict. One arm when the incumbent's command is the baseline's.
 3. A warm-started search: the incumbent, the previous nights' top configurations and the prior's
@@ -26,15 +27,17 @@ from typing import Any
 
 import optuna
 
-from autotune.export import export_best
+from autotune.export import export_best, exports_the_same
 from autotune.nightly._decide import Candidate, candidates_of, no_candidate_reason, worse_reason
 from autotune.nightly._history import NIGHT_ATTR, NightRecord, nights, save_night
+from autotune.nightly._plan import make_plan
 from autotune.nightly._promote import keep_promoted, promoted_history
 from autotune.nightly._tonight import NightOptions, _Night, begin_night, remeasure
 from autotune.nightly._verdict import figure_of, regression, regression_against_baseline
+from autotune.report import figure_text
 from autotune.space import RenderedConfig
 from autotune.study import IncumbentPruner, PendingJournal, TrialReport, run_study
-from autotune.trial import compare_configs, significant_gain
+from autotune.trial import compare_configs, config_to_args, significant_gain
 from autotune.tuning import TuningSetup, study_hooks
 
 __all__ = ["NightOptions", "run_night"]
@@ -82,17 +85,16 @@ def _search(n: _Night) -> str:
             repeats["n"] += 1
         started = rep.record.startup_s is not None  # a reused twin: whether the twin started one
         idle[:] = [] if started else [*idle, rep.record.reason or rep.record.status.value]
-        shown = "-" if rep.value is None else f"{rep.value:.4g}"
+        shown = "-" if rep.value is None else figure_text(rep.value, n.metric)
         n.say(f"  trial #{rep.number}: {rep.record.status.value} {n.metric}={shown}")
 
     def should_stop() -> bool:
         if repeats["n"] >= 5:
-            n.say("stopped the search: the sampler proposed already measured configurations 5 times in a row")
-            return True
-        if len(idle) >= IDLE_STOP:  # e.g. fixed flags that leave no room: every candidate refused at once
-            n.say(
-                f"stopped the search: the last {IDLE_STOP} candidates could not start an engine ({idle[-1]})"
-            )
+            n.search_stop = "the sampler proposed already measured configurations 5 times in a row"
+        elif len(idle) >= IDLE_STOP:  # e.g. fixed flags that leave no room: every candidate refused at once
+            n.search_stop = f"the last {IDLE_STOP} candidates could not start an engine ({idle[-1]})"
+        if n.search_stop:
+            n.say(f"stopped the search: {n.search_stop}")
             return True
         return not n.clock.can_start(1, reserve)
 
@@ -138,11 +140,22 @@ def _decide(n: _Night, cands: list[Candidate], why_none: str) -> _Decision:
     feasible = [c for c in cands if c.feasible]
     if n.inc_figure is None and n.base_figure is None and not feasible:
         return _Decision("nothing_feasible", "neither the incumbent, the baseline nor any trial ran feasibly")
-    challengers = [c for c in feasible if list(c.args) != list(n.inc_config.args) and not c.baseline]
+    sign = -1.0 if n.maximize else 1.0
+    pool = sorted((c for c in feasible if not c.baseline), key=lambda c: sign * (c.value or 0.0))
+    trials = {t.number: t for t in n.study.get_trials(deepcopy=False)}
+    challengers = [
+        c
+        for c in pool
+        if list(c.args) != list(n.inc_config.args) and not exports_the_same(trials[c.number], n.options.out)
+    ]
+    if pool and pool[0] not in challengers and Path(n.options.out).is_file():  # the best is what is deployed
+        return _Decision(
+            "kept",
+            f"kept (same config): trial #{pool[0].number}, tonight's best, is the command already "
+            f"deployed at {n.options.out}; nothing written, no hook run",
+        )
     if not challengers:
         return _Decision("kept", no_candidate_reason(cands, n.inc_config.args, why_none))
-    sign = -1.0 if n.maximize else 1.0
-    challengers.sort(key=lambda c: sign * (c.value or 0.0))
     best = challengers[0]
     others = len([c for c in cands if not c.feasible])
     tail = f"; {others} more did not finish feasibly (pruned, infeasible or failed)" if others else ""
@@ -178,7 +191,8 @@ def _confirm(n: _Night, best: Candidate) -> _Decision:
     if not ok:
         return _Decision("kept", f"not confirmed: trial #{best.number} {why}")
     _promote(n.study, n.study.trials[best.number], n.options.out, n.number)
-    n.inc_config, n.inc_params = config, dict(best.params)
+    n.inc_config = RenderedConfig(args=tuple(config_to_args(n.options.out)[1]))  # as tomorrow reads it
+    n.inc_params = dict(best.params)
     n.inc_figure = figure_of(list(ab.b.runs), n.metric)
     n.inc_label = f"promoted trial #{best.number}"
     return _Decision("promoted", why, best.number)
@@ -254,9 +268,29 @@ def run_night(
         candidates=[c.as_dict() for c in cands],
         run_costs=list(n.clock.run_costs),
         workload_changes=n.drift,
+        budget_needed_s=_budget_needed(n, cands, decision, why_none),
     )
     save_night(study, record)
     return record
+
+
+def _budget_needed(n: _Night, cands: list[Candidate], decision: _Decision, why_none: str) -> float | None:
+    """The budget tonight's plan needs, when the budget let no candidate run (exit 8); else None.
+
+    At tonight's measured cost of a run: one round of the re-measurement, MIN_CANDIDATES candidates
+    and the promotion check, plus what tonight spent outside engine runs (set-up, reports)."""
+    if not n.plan.search or decision.decision != "kept" or n.search_stop:
+        return None
+    if why_none and not why_none.startswith("the re-measurement took"):
+        return None
+    if any(list(c.args) != list(n.inc_config.args) and not c.baseline for c in cands):
+        return None  # a candidate ran: the budget held one
+    if n.options.max_trials is not None and len(cands) >= n.options.max_trials:
+        return None
+    per_run = n.clock.per_run()
+    plan = make_plan(n.options.budget_s, [per_run], arms=n.plan.arms, rounds=1, search=True)
+    outside = max(n.clock.elapsed() - sum(n.clock.run_costs), 0.0)
+    return plan.smallest_budget_s + outside
 
 
 def _promote(study: optuna.Study, trial: optuna.trial.FrozenTrial, out: Path, night: int) -> None:

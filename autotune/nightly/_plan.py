@@ -17,14 +17,33 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import optuna
+import psutil
 
 from autotune.study import TrialRecord, read_record
 
-__all__ = ["DEFAULT_RUN_S", "MIN_CANDIDATES", "NightPlan", "make_plan", "measured_run_cost", "run_cost"]
+__all__ = [
+    "DEFAULT_RUN_S",
+    "MIN_CANDIDATES",
+    "NightPlan",
+    "make_plan",
+    "measured_run_cost",
+    "process_start",
+    "run_cost",
+]
 
 DEFAULT_RUN_S = 60.0  # an engine run's cost before anything was measured
 MIN_CANDIDATES = 2  # a search shorter than this is not worth the night's re-measurement
 SLACK = 0.05  # the share of the budget kept back for what the plan cannot see (reports, exports)
+
+
+def process_start() -> float:
+    """This process's start, on the ``time.monotonic()`` scale: a night's budget counts from here (the
+    interpreter's start-up, the imports and the setup included), not from its first step."""
+    try:
+        age = time.time() - psutil.Process().create_time()
+    except (psutil.Error, OSError):
+        age = 0.0
+    return time.monotonic() - max(age, 0.0)
 
 
 def run_cost(rec: TrialRecord) -> float:
@@ -35,7 +54,7 @@ def run_cost(rec: TrialRecord) -> float:
 @dataclass
 class _Clock:
     budget_s: float
-    t0: float = field(default_factory=time.monotonic)
+    t0: float = field(default_factory=time.monotonic)  # the CLI passes process_start()
     run_costs: list[float] = field(default_factory=list)  # seconds per engine run tonight
     prior_costs: Sequence[float] = ()  # earlier nights' and trials' costs: until tonight measured one
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -14,14 +14,14 @@ import optuna
 
 from autotune.errors import AutotuneError, StudyNotFoundError
 from autotune.nightly._fingerprint import model_tokenizer
-from autotune.nightly._history import NightRecord, nights, save_night
+from autotune.nightly._history import NightRecord, figure_range, nights, save_night
 from autotune.report import write_nightly_index, write_study_report
 from autotune.space import flag_pairs
 from autotune.study import open_storage, redact_url, resolve_storage_url
 from autotune.tuning import TuningSetup
 from autotune.workload import inspect_workload
 
-__all__ = ["history_lines", "index_rows", "night_workload_facts", "write_night_reports"]
+__all__ = ["HistoryTable", "history_table", "index_rows", "night_workload_facts", "write_night_reports"]
 
 log = logging.getLogger(__name__)
 
@@ -92,8 +92,31 @@ def write_night_reports(
     return record, report, index
 
 
-def history_lines(study: str, storage: str | None, studies_dir: Path) -> list[str]:
-    """``autotune nightly history``: one line per night, the counts as the study holds them."""
+@dataclass(frozen=True)
+class HistoryTable:
+    """``autotune nightly history``: a title, the columns and one row per night."""
+
+    title: str
+    columns: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+
+
+HISTORY_COLUMNS = (
+    "night",
+    "date",
+    "incumbent",
+    "figure",
+    "noise",
+    "regression",
+    "decision",
+    "trials",
+    "time",
+    "why",
+)
+
+
+def history_table(study: str, storage: str | None, studies_dir: Path) -> HistoryTable:
+    """The nights of a study as a table, the counts as the study holds them."""
     url = resolve_storage_url(storage, study, studies_dir)
     if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).exists():
         raise StudyNotFoundError(f"--study: no study named {study!r} (no {url.removeprefix('sqlite:///')})")
@@ -103,20 +126,24 @@ def history_lines(study: str, storage: str | None, studies_dir: Path) -> list[st
         raise StudyNotFoundError(f"--study: no study named {study!r} in {redact_url(url)}") from exc
     found = nights(st)
     if not found:
-        return [f"study {study} has no nights yet (run `autotune nightly --study {study} ...`)"]
-    out = [f"nights of study {study} ({found[-1].metric}):"]
+        return HistoryTable(
+            f"study {study} has no nights yet (run `autotune nightly --study {study} ...`)", (), ()
+        )
+    rows = []
     for n in found:
-        inc = n.incumbent_figure
-        fig = f"{inc['median']:.4g} [{inc['low']:.4g}-{inc['high']:.4g}]" if inc else "not measured"
-        decision = n.decision + (f" #{n.promoted_trial}" if n.promoted_trial is not None else "")
-        out.append(
-            f"night {n.number} {n.date[:16]}: {n.incumbent_label} {fig}, {n.band_text()}, "
-            f"regression {'YES' if n.regression else 'no'}, {decision}, {n.trials_text()}, "
-            f"{n.duration_s / 60:.1f} of {n.budget_s / 60:.1f} min; why: {n.reason}"
-            + (
-                f"; changed: {'; '.join(n.workload_changes + n.changes)}"
-                if n.changes or n.workload_changes
-                else ""
+        changed = "; ".join(n.workload_changes + n.changes)
+        rows.append(
+            (
+                str(n.number),
+                n.date[:16],
+                n.incumbent_label,
+                figure_range(n.incumbent_figure, n.metric),
+                n.band_text().removeprefix("noise band "),
+                "YES" if n.regression else "no",
+                n.decision + (f" #{n.promoted_trial}" if n.promoted_trial is not None else ""),
+                n.trials_text(),
+                f"{n.duration_s / 60:.1f} of {n.budget_s / 60:.1f} min",
+                n.reason + (f"; changed: {changed}" if changed else ""),
             )
         )
-    return out
+    return HistoryTable(f"nights of study {study} ({found[-1].metric})", HISTORY_COLUMNS, tuple(rows))

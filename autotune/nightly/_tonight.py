@@ -14,6 +14,7 @@ from autotune.nightly._fingerprint import describe_changes, fingerprints, worklo
 from autotune.nightly._history import NIGHT_ATTR, NightRecord, last_night, nights
 from autotune.nightly._plan import MIN_CANDIDATES, NightPlan, _Clock, make_plan, measured_run_cost
 from autotune.nightly._verdict import Band, figure_of, noise_band
+from autotune.report import figure_text
 from autotune.space import RenderedConfig
 from autotune.study import (
     REFERENCE_ATTR,
@@ -35,9 +36,10 @@ class NightOptions:
     out: Path
     rounds: int = 2
     min_improvement: float = 0.03
-    incumbent: Path | None = None  # the deployed config (YAML); default: the last promoted one
+    incumbent: Path | None = None  # the deployed config (YAML); default: ``out`` when it exists
     top_k: int = 3  # previous nights' best configurations re-tried first
     max_trials: int | None = None  # cap on new trials (tests); None: the budget decides
+    started: float | None = None  # time.monotonic() of the process start (the CLI's); None: now
 
 
 @dataclass
@@ -65,6 +67,7 @@ class _Night:
     inc_figure: dict[str, Any] | None = None
     base_figure: dict[str, Any] | None = None
     band: Band = field(default_factory=lambda: Band(None, ""))
+    search_stop: str = ""  # why the search stopped, when not the budget (repeats, idle candidates)
 
     @property
     def metric(self) -> str:
@@ -89,7 +92,7 @@ class _Night:
                 "reason": rec.reason,
             }
         )
-        shown = "-" if value is None else f"{value:.4g}"  # 4757.98..., not 4757.980201049941
+        shown = "-" if value is None else figure_text(value, self.metric)  # 4758.0 ms, not 4757.980201049941
         self.say(f"  {name} round {r + 1}: {rec.status.value} {self.metric}={shown}")
 
 
@@ -100,10 +103,15 @@ def _same(a: RenderedConfig, b: RenderedConfig) -> bool:
 def _incumbent(
     setup: TuningSetup, study: optuna.Study, options: NightOptions, previous: NightRecord | None
 ) -> tuple[str, RenderedConfig, dict[str, Any] | None]:
-    """(label, configuration, params when it came from this study)."""
-    if options.incumbent is not None:
-        _, args = config_to_args(options.incumbent)
-        return f"incumbent {options.incumbent.name}", RenderedConfig(args=tuple(args)), None
+    """(label, configuration, params when it came from this study): the deployed file (--incumbent,
+    else the export path when it exists, whoever wrote it: `run`, a night, a rollback, a person),
+    else the last promotion, else the baseline."""
+    deployed = options.incumbent or (options.out if Path(options.out).is_file() else None)
+    if deployed is not None:
+        _, args = config_to_args(deployed)
+        known = previous.incumbent_params if previous and previous.incumbent_args == args else None
+        label = f"incumbent {deployed.name}" + ("" if options.incumbent else " (deployed)")
+        return label, RenderedConfig(args=tuple(args)), known  # params: the same file as last night
     if previous is not None and previous.incumbent_args is not None:
         return (
             "incumbent (last promoted)" if previous.incumbent_params else "incumbent (baseline)",
@@ -121,7 +129,9 @@ def begin_night(
     setup: TuningSetup, study: optuna.Study, sdir: Path, options: NightOptions, say: Callable[[str], None]
 ) -> _Night:
     """The plan, printed first, then what changed since the last night."""
-    clock = _Clock(options.budget_s)  # from the night's start: the fingerprints count too
+    clock = _Clock(options.budget_s)  # from the process start when the CLI gives it
+    if options.started is not None:
+        clock.t0 = options.started
     previous = last_night(study)
     number = (previous.number + 1) if previous else 1
     inc_label, inc_config, inc_params = _incumbent(setup, study, options, previous)
@@ -206,7 +216,7 @@ def remeasure(n: _Night) -> None:
                 k += 1
             records[name].append(rec)
             n.on_run("re-measurement", name, r, rec)
-    prior_bands = [p.noise_band for p in nights(n.study) if p.noise_band]
+    prior_bands = [p.noise_band for p in nights(n.study)]  # every earlier night, banded or not
     n.band = noise_band(list(records.values()), n.metric, prior_bands)
     n.inc_figure = figure_of(records[n.inc_label], n.metric)
     n.base_figure = n.inc_figure if n.one_arm else figure_of(records["baseline"], n.metric)

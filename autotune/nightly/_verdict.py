@@ -50,7 +50,7 @@ def figure_of(runs: Sequence[TrialRecord], metric: str) -> dict[str, Any] | None
     return {"median": statistics.median(vals), "low": min(vals), "high": max(vals), "runs": vals}
 
 
-def noise_band(arms: Sequence[Sequence[TrialRecord]], metric: str, earlier: Sequence[float]) -> Band:
+def noise_band(arms: Sequence[Sequence[TrialRecord]], metric: str, earlier: Sequence[float | None]) -> Band:
     """From the runs when an arm ran twice; else from the passes' spread on each started engine
     (the range of two passes over the square root of 2, taken as one run's standard deviation); else the earlier nights' bands. Never a made-up 0%."""
     per_arm = [[f["median"] for r in arm if (f := figure_of([r], metric))] for arm in arms]
@@ -68,6 +68,12 @@ def noise_band(arms: Sequence[Sequence[TrialRecord]], metric: str, earlier: Sequ
     if known:
         return Band(
             statistics.median(known[-5:]), f"one run, one pass: the last {len(known[-5:])} nights' bands"
+        )
+    if earlier:  # nights 2 and later whose nights never measured one
+        return Band(
+            None,
+            f"one run of one pass, and none of the {len(earlier)} earlier night(s) measured a band: "
+            "the minimum gain stands in",
         )
     return Band(None, "one run of one pass and no earlier night: the minimum gain stands in")
 

@@ -8,6 +8,7 @@ through :mod:`autotune.tuning`; writes only the file it is asked to write.
 from __future__ import annotations
 
 from autotune.report._nightly import Night, write_nightly_index
+from autotune.report._nights import figure_text
 from autotune.report._study import render_study_report, write_study_report
 
-__all__ = ["Night", "render_study_report", "write_nightly_index", "write_study_report"]
+__all__ = ["Night", "figure_text", "render_study_report", "write_nightly_index", "write_study_report"]

@@ -12,7 +12,7 @@ import optuna
 
 from autotune.report._html import Cell, esc, table_html
 
-__all__ = ["night_html", "nights_html", "nights_of", "unit"]
+__all__ = ["figure_text", "night_html", "nights_html", "nights_of", "unit"]
 
 _PREFIX = "night:"
 
@@ -22,6 +22,14 @@ def unit(metric: str) -> str:
     if metric.endswith("throughput"):
         return "tok/s"
     return "req/s" if metric == "goodput" else "ms"
+
+
+def figure_text(value: float, metric: str) -> str:
+    """A figure with its unit, never in exponent form: ``63.4 ms``, ``200.3 s`` (not ``2.003e+05``)."""
+    u = unit(metric)
+    if u == "ms" and abs(value) >= 10_000:
+        value, u = value / 1000, "s"
+    return f"{value:.1f} {u}" if abs(value) >= 10 else f"{value:.3g} {u}"
 
 
 def nights_of(study: optuna.Study) -> list[Mapping[str, Any]]:

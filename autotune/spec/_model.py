@@ -224,7 +224,11 @@ class StudySpec(BaseModel):
         "default: see benchmarks/RESULTS.md, issue 31, for what it does to the figures.", commands=_STUDY,
         per_run=True,
     )  # fmt: skip
-    budget: str = _opt("2h", "Wall time for the whole night, e.g. 2h, 45m or 1h30m.", commands=("nightly",))
+    budget: str = _opt(
+        "2h",
+        "Wall time for the whole night, from the process start, e.g. 2h, 45m or 1h30m.",
+        commands=("nightly",),
+    )
     max_trials: int | None = _opt(None, "Cap on new trials tonight.", commands=("nightly",), minimum=0)
     rounds: int = _opt(
         2, "A/B rounds per arm: a night's re-measurement and promotion check; compare's runs of each arm.",
@@ -245,7 +249,8 @@ class StudySpec(BaseModel):
         commands=("run", "nightly"),
     )  # fmt: skip
     incumbent: Path | None = _opt(
-        None, "The deployed config (YAML). Default: the study's last promoted one, else the baseline.",
+        None, "The deployed config (YAML). Default: --out when it exists (whoever wrote it), else the study's "
+        "last promoted one, else the baseline.",
         commands=("nightly",),
     )  # fmt: skip
     on_promote: str | None = _opt(

@@ -4,7 +4,8 @@ The lock is keyed by the storage and the study name:
 
 - SQLite: an advisory file lock beside the database file (``one.db`` -> ``one.db.STUDY.lock``), which
   every run of that file takes, from any ``--studies-dir``; the kernel drops it when the process
-  dies (SIGKILL, OOM, reboot), so a killed night never blocks the next one.
+  dies (SIGKILL, OOM, reboot), so a killed night never blocks the next one. The holder removes the
+  file as it releases it (a process that opened it meanwhile sees it is gone and opens a new one).
 - PostgreSQL: a session-level advisory lock (``pg_try_advisory_lock``) on a connection held for the
   run; the server drops it when the connection does (the process died, the host went away).
 - MySQL: ``GET_LOCK`` likewise. Another database: the file lock in the studies folder, with a note.
@@ -36,6 +37,14 @@ def _key(name: str) -> int:
     return int.from_bytes(hashlib.sha256(f"autotune-study:{name}".encode()).digest()[:8], "big", signed=True)
 
 
+def _same_file(fd: int, path: Path) -> bool:
+    """Is ``fd`` still the file at ``path`` (not one a releasing holder unlinked)?"""
+    try:
+        return os.fstat(fd).st_ino == os.stat(path).st_ino
+    except FileNotFoundError:
+        return False
+
+
 class StudyLock:
     """``with StudyLock(storage, name, studies_dir):`` -- a second holder refuses with
     :class:`StudyBusyError` (exit 6)."""
@@ -58,13 +67,17 @@ class StudyLock:
 
     def _acquire_file(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.read(fd, 64).decode(errors="replace").strip() or "?"
-            os.close(fd)
-            raise self._busy(f"{redact_url(self.url)} (pid {holder}, lock {path})") from None
+        while True:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.read(fd, 64).decode(errors="replace").strip() or "?"
+                os.close(fd)
+                raise self._busy(f"{redact_url(self.url)} (pid {holder}, lock {path})") from None
+            if _same_file(fd, path):
+                break
+            os.close(fd)  # the holder removed it as it released it (release): lock the new file
         os.ftruncate(fd, 0)
         os.write(fd, str(os.getpid()).encode())
         self._fd = fd
@@ -102,6 +115,8 @@ class StudyLock:
 
     def release(self) -> None:
         if self._fd is not None:
+            if self.path is not None and _same_file(self._fd, self.path):
+                self.path.unlink(missing_ok=True)  # removed while held: no lock file left after a run
             os.close(self._fd)  # closing drops the flock
             self._fd = None
         if self._conn is not None:

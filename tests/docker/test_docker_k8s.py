@@ -208,3 +208,18 @@ def test_the_rollback_job_restores_the_nightly_export_and_delivers_it_with_the_h
     study_volume = next(v for v in pod["volumes"] if v["name"] == "study")
     assert study_volume["configMap"]["items"] == [{"key": "nightly.yaml", "path": "study.yaml"}]
     assert pod["serviceAccountName"] == _pod(_docs("cronjob-nightly.yaml")["CronJob"])["serviceAccountName"]
+
+
+def test_the_nightly_fails_its_job_on_each_exit_code_a_night_can_end_with() -> None:
+    from autotune.errors import EXIT_BUDGET, EXIT_REGRESSION
+
+    cron = _docs("cronjob-nightly.yaml")["CronJob"]
+    rules = cron["spec"]["jobTemplate"]["spec"]["podFailurePolicy"]["rules"]
+    named = {
+        v
+        for r in rules
+        if r.get("onExitCodes", {}).get("operator") == "In"
+        for v in r["onExitCodes"]["values"]
+    }
+    assert {EXIT_REGRESSION, EXIT_BUDGET, 7} <= named  # 8: the budget could not hold one candidate
+    assert all(r["action"] == "FailJob" for r in rules if "onExitCodes" in r)

@@ -70,7 +70,7 @@ def test_three_nights_promote_keep_then_flag_a_regression(tmp_path: Path, mark: 
     # Night 2: nothing changed: warm-started from night 1's best, no regression, kept unless proven.
     r2 = _run(_night(tmp_path), mark, tmp_path, env=_env(mark))
     assert r2.returncode == 0, r2.stderr
-    assert "No regression" in r2.stdout and "incumbent (last promoted)" in r2.stdout
+    assert "No regression" in r2.stdout and "incumbent deployed.yaml (deployed)" in r2.stdout
     n1, n2 = _nights(tmp_path)
     assert n2["changes"] == [] and n2["regression"] is False
     assert n2["incumbent_args"][:2] == n1["incumbent_args"][:2]
@@ -135,7 +135,7 @@ def test_two_real_nights_on_the_cpu_build(real_nights: RealNights) -> None:
     st = optuna.load_study(study_name="rag", storage=f"sqlite:///{real_nights.studies / 'rag.db'}")
     n1, n2 = (v for k, v in sorted(st.user_attrs.items()) if k.startswith("night:"))
     assert n1["decision"] == "promoted" and Path(n1["export"]).name == real_nights.out.name
-    assert n2["incumbent_label"] == "incumbent (last promoted)"
+    assert n2["incumbent_label"] == "incumbent best.yaml (deployed)"
     assert n2["incumbent_args"] == n1["incumbent_args"] and "--max-num-batched-tokens" in n2["incumbent_args"]
     assert n2["changes"] == [] and n2["regression"] is False and n2["decision"] == "kept"
     assert n2["incumbent_figure"] is not None and n2["baseline_figure"] is not None

@@ -276,3 +276,17 @@ def test_inspect_block_size_defaults_to_the_installed_builds(tmp_path: Path) -> 
     assert result.exit_code == 0, result.output
     expected = 128 if installed_engine().cpu_build else 16
     assert json.loads(result.stdout)["block_size"] == expected
+
+
+def test_inspect_a_folder_of_traffic_files_as_workload_dir_reads_it(tmp_path: Path) -> None:
+    traffic = tmp_path / "traffic"
+    traffic.mkdir()
+    for hour in range(2):
+        rows = [
+            {"prompt": f"hour {hour} q {i}", "max_tokens": 4, "timestamp": 3600.0 * hour + i}
+            for i in range(3)
+        ]
+        (traffic / f"t{hour}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    result = runner.invoke(app, ["inspect", str(traffic), "--json", "--block-size", "16"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["requests"] == 6  # both files, merged (was: "is a directory")

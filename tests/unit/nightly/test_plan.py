@@ -83,3 +83,22 @@ def test_the_regression_pools_the_noise_of_earlier_nights_of_the_same_command() 
     quiet = {"median": 104.0, "low": 103.0, "high": 105.0, "runs": [103.0, 105.0]}
     assert not regression(False, quiet, last, 0.05, [[100.0, 102.0], [98.0, 100.0]])[0]
     assert regression(False, None, last, 0.05)[0]  # the incumbent no longer runs
+
+
+def test_the_night_clock_counts_from_the_process_start() -> None:
+    import time
+
+    import psutil
+
+    from autotune.nightly import process_start
+
+    age = time.time() - psutil.Process().create_time()  # this pytest process started a while ago
+    assert time.monotonic() - process_start() == pytest.approx(age, abs=0.5)
+
+
+def test_a_later_night_without_a_band_does_not_say_there_was_no_earlier_night() -> None:
+    one_pass = [[_run(3422.0)]]
+    assert "no earlier night" in noise_band(one_pass, "ttft_p50", []).source  # night 1
+    band = noise_band(one_pass, "ttft_p50", [None, None])  # night 3: nights 1 and 2 measured none
+    assert band.value is None and "no earlier night" not in band.source
+    assert "none of the 2 earlier night(s) measured a band" in band.source

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import optuna
 
-from autotune.nightly import NightRecord, history_lines, save_night
+from autotune.nightly import NightRecord, history_table, save_night
 from autotune.report import render_study_report
 
 
@@ -69,10 +69,21 @@ def test_a_study_with_only_nights_reports_the_night_and_the_nights(tmp_path: Pat
     assert "every candidate was worse" in page[page.index('id="nights"') :]  # the table of all nights
 
 
-def test_history_lines_count_the_trials_and_never_print_an_unmeasured_band_as_zero(tmp_path: Path) -> None:
+def test_history_is_a_table_with_units_and_never_prints_an_unmeasured_band_as_zero(tmp_path: Path) -> None:
     st = _study(tmp_path)
     save_night(st, _night(1))
-    lines = history_lines("prod", None, tmp_path / "studies")
-    assert lines[0] == "nights of study prod (ttft_p90):"
-    assert "night 1 2026-12-01T02:00: incumbent (baseline) 410 [400-420], noise band unknown" in lines[1]
-    assert "1 trial(s) tonight" in lines[1] and "0.0%" not in lines[1]
+    table = history_table("prod", None, tmp_path / "studies")
+    assert table.title == "nights of study prod (ttft_p90)"
+    assert table.columns[:4] == ("night", "date", "incumbent", "figure")
+    ((number, date, label, figure, band, regression, *_rest, trials, _time, _why),) = table.rows
+    assert (number, date, label) == ("1", "2026-12-01T02:00", "incumbent (baseline)")
+    assert figure == "410.0 ms [400.0 ms-420.0 ms]" and band.startswith("unknown") and regression == "no"
+    assert trials == "1 trial(s) tonight" and not any("0.0%" in cell for cell in table.rows[0])
+
+
+def test_figures_carry_units_and_no_exponent() -> None:
+    from autotune.report import figure_text
+
+    assert figure_text(200300.0, "ttft_p90") == "200.3 s"
+    assert figure_text(63.44, "tpot_p50") == "63.4 ms"
+    assert figure_text(1234.5, "output_throughput") == "1234.5 tok/s"

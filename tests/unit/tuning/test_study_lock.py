@@ -23,8 +23,24 @@ def test_two_studies_dirs_on_one_sqlite_file_share_the_lock(tmp_path: Path) -> N
             StudyLock(db, "s", tmp_path / "dir-b").acquire()
         StudyLock(db, "other", tmp_path / "dir-b").acquire()  # another study of that file: free
     with StudyLock(db, "s", tmp_path / "dir-b"):  # released: the next run takes it
-        pass
-    assert (tmp_path / "one.db.s.lock").exists()  # beside the database, not in a studies folder
+        assert (tmp_path / "one.db.s.lock").read_text() == str(os.getpid())  # beside the database
+    assert not (tmp_path / "one.db.s.lock").exists()  # removed as it was released: nothing left after a run
+
+
+def test_a_contender_that_opened_the_file_before_its_removal_locks_a_new_one(tmp_path: Path) -> None:
+    import fcntl
+
+    first = StudyLock(None, "s", tmp_path)
+    first.acquire()
+    assert first.path is not None
+    stale = os.open(first.path, os.O_RDWR)  # opened, not yet locked, as the holder releases
+    first.release()
+    fcntl.flock(stale, fcntl.LOCK_EX | fcntl.LOCK_NB)  # the unlinked file: no lock on the study
+    try:
+        with StudyLock(None, "s", tmp_path), pytest.raises(StudyBusyError):
+            StudyLock(None, "s", tmp_path).acquire()  # the new file is the one that counts
+    finally:
+        os.close(stale)
 
 
 def test_the_default_sqlite_file_of_a_studies_dir_locks_as_before(tmp_path: Path) -> None:
