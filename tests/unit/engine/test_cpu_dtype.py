@@ -79,4 +79,3 @@ def test_avx512_without_bf16_is_served_float32_and_amx_or_avx512_bf16_is_not(
         monkeypatch.setenv(CPU_FLAGS_ENV, f"{ice_lake} {bf16}")
         assert "float32" not in _argv(DEMO) and "20M" in _argv(DEMO)
         assert cpu_build_isa_note() is None
-
