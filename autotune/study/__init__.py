@@ -32,6 +32,14 @@ from autotune.study._record import (
     write_record,
 )
 from autotune.study._runner import StudyRunner, TrialHooks, TrialReport, run_study
+from autotune.study._split import (
+    SPLIT_PREFIX,
+    member_params,
+    split_fractions,
+    split_params,
+    suggest_member,
+    suggest_split,
+)
 from autotune.study._storage import STORAGE_ENV, open_storage, redact_url, resolve_storage_url
 from autotune.study._summary import baseline_saturation, failure_summary, saturation_summary
 from autotune.study._trust import (
@@ -49,6 +57,7 @@ __all__ = [
     "COST_FIGURES",
     "RECORD_VERSION",
     "REFERENCE_ATTR",
+    "SPLIT_PREFIX",
     "STORAGE_ENV",
     "Evaluator",
     "ExportChoice",
@@ -79,6 +88,7 @@ __all__ = [
     "failure_summary",
     "in_scope",
     "load_or_create",
+    "member_params",
     "open_storage",
     "parse_slo",
     "read_record",
@@ -87,8 +97,12 @@ __all__ = [
     "resolve_storage_url",
     "run_study",
     "saturation_summary",
+    "split_fractions",
+    "split_params",
     "standard_gates",
     "storage_fault",
+    "suggest_member",
+    "suggest_split",
     "suggest_values",
     "write_record",
 ]
