@@ -32,6 +32,10 @@ def run_group(group: GroupFile, flags: Mapping[str, Any]) -> None:
 def _header(setup: GroupSetup) -> None:
     names = ", ".join(setup.names)
     out.print(f"# a group of {len(setup.models)} models on one server ({names}); {setup.budget.total_text()}")
+    if setup.host_pool_gib is not None:
+        out.print(f"# KV-offload pools: {setup.host_pool_gib:g} GiB of host memory for the group in all")
+    for note in setup.notes:
+        out.print(f"# {note}", markup=False, soft_wrap=True)
     for m in setup.models:
         s = m.setup
         out.print(
@@ -75,4 +79,6 @@ def _dry_run(setup: GroupSetup, samples: int, seed: int, use_prior: bool) -> int
     out.print(
         "\n# dry run: nothing was launched and no study was written (each engine's port is chosen at launch)"
     )
+    if setup.notes:  # a GPU profile previewed on a machine that cannot run it: the preview is the point
+        return 0
     return EXIT_NO_BASELINE if previews[0].infeasible else 0

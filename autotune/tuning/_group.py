@@ -26,6 +26,7 @@ from autotune.tuning._setup import TuningSetup, build_setup
 __all__ = ["GroupBudget", "GroupModel", "GroupSetup", "build_group", "share_parameter"]
 
 MiB = 2**20
+POOL_FLAG = "--kv-offloading-size"
 DEFAULT_GPU_SHARE = 0.92
 # share: keys by platform: the ones a platform lacks are refused, with what to write instead
 _NOT_ON: dict[str, dict[str, str]] = {
@@ -135,6 +136,7 @@ class GroupSetup:
     baseline: Mapping[str, float]  # each model's fraction of the budget (sum <= 1)
     baseline_source: str  # "share.baseline" or "equal split"
     platform: Literal["cuda", "cpu"]
+    host_pool_gib: float | None = None  # the group's total for KV-offload pools (None: no pool here)
     notes: tuple[str, ...] = field(default=())
 
     @property
@@ -148,11 +150,24 @@ class GroupSetup:
         if not any(m.setup.guard is not None for m in self.models):
             return ()
         facts = read_machine_facts(self.models[0].setup.guard.probe if self.models[0].setup.guard else None)
-        reasons = (
+        reasons = [
             m.infeasible(self.budget, split[m.name], (values or {}).get(m.name, {}), facts)
             for m in self.models
-        )
-        return tuple(r for r in reasons if r)
+        ]
+        return tuple(r for r in [*reasons, self.pools_over(values or {})] if r)
+
+    def pools_over(self, values: Mapping[str, Mapping[str, Any]]) -> str | None:
+        """Why the models' KV-offload pools together pass the group's host budget (None: they do not)."""
+        pools = {}
+        for m in self.models:
+            param = share_parameter(m.setup.space, POOL_FLAG)
+            own = values.get(m.name, {})
+            if param is not None and own.get(param):
+                pools[m.name] = float(own[param])
+        if self.host_pool_gib is None or sum(pools.values()) <= self.host_pool_gib:
+            return None
+        shown = ", ".join(f"{n} {v:g}" for n, v in pools.items())
+        return f"the KV-offload pools ({shown} GiB) pass the group's host pool of {self.host_pool_gib:g} GiB"
 
     def describe_split(self, split: Mapping[str, float]) -> str:
         parts = [f"{n} {split[n]:.2f} ({self.budget.describe(split[n])})" for n in self.names]
@@ -239,7 +254,27 @@ def build_group(group: GroupFile, flags: Mapping[str, Any]) -> Iterator[GroupSet
             baseline=baseline,
             baseline_source=source,
             platform=platform,
+            host_pool_gib=_host_pool(group, platform, setups[0][2].choices.host_share),
+            notes=_notes(platform, [s.profile_note for _, _, s in setups]),
         )
+
+
+def _notes(platform: str, profile_notes: Sequence[str | None]) -> tuple[str, ...]:
+    notes = tuple(dict.fromkeys(n for n in profile_notes if n))
+    if platform == "cuda" and not notes and not read_machine_facts().has_gpu:
+        notes = ("this machine has no GPU: the commands are what a GPU host would launch",)
+    return notes
+
+
+def _host_pool(group: GroupFile, platform: str, host_share: float) -> float | None:
+    """The group's total for KV-offload pools in GiB: ``share.host_pool_gb``, else ``share.host_share``
+    (default ``--host-share``) of the host's available memory; None on the CPU build (no pool)."""
+    if platform == "cpu":
+        return None
+    if group.share.host_pool_gb is not None:
+        return group.share.host_pool_gb
+    share = group.share.host_share if group.share.host_share is not None else host_share
+    return round(share * read_machine_facts().host_available / 2**30, 1)
 
 
 def equal_split(names: Sequence[str]) -> dict[str, float]:

@@ -76,6 +76,11 @@ def prior_split(group: GroupSetup) -> PriorSplit:
     parts: list[str] = []
     for m in group.models:
         _, block, per_token = _kv_tokens(m, group.budget, 1.0, facts)
+        if not block and m.setup.guard is not None:
+            why = "; ".join(m.setup.guard.check(m.engine_argv(group.budget, 1.0, {}), facts).reasons)
+            return PriorSplit(
+                None, (f"prior split: off (no KV estimate for {m.name} on this machine: {why})",)
+            )
         prompts, _tok = _tokenize(m.setup.workload, m.setup.model)
         working = chains_of(prompts, block).distinct * block if block else 0
         one = m.max_model_len or 0
