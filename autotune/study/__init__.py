@@ -12,6 +12,12 @@ from autotune.study._baseline import (
 )
 from autotune.study._best import best_feasible, in_scope
 from autotune.study._gates import Gate, GateVerdict, standard_gates
+from autotune.study._group_objective import (
+    GROUP_MODES,
+    GroupScore,
+    ModelOutcome,
+    group_score,
+)
 from autotune.study._journal import PendingJournal, storage_fault
 from autotune.study._measure import TrialMeasure, suggest_values
 from autotune.study._objective import Objective, parse_slo
@@ -55,6 +61,7 @@ __all__ = [
     "BASELINE_ATTR",
     "COST_BAND",
     "COST_FIGURES",
+    "GROUP_MODES",
     "RECORD_VERSION",
     "REFERENCE_ATTR",
     "SPLIT_PREFIX",
@@ -64,8 +71,10 @@ __all__ = [
     "Figures",
     "Gate",
     "GateVerdict",
+    "GroupScore",
     "IncumbentPruner",
     "Metrics",
+    "ModelOutcome",
     "Objective",
     "PassedOver",
     "PendingJournal",
@@ -86,6 +95,7 @@ __all__ = [
     "export_costs",
     "fail_orphaned_trials",
     "failure_summary",
+    "group_score",
     "in_scope",
     "load_or_create",
     "member_params",

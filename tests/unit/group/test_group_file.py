@@ -111,3 +111,14 @@ def test_byte_counts_read_as_vllm_reads_them() -> None:
     assert parse_bytes("48M") == 48 * 2**20
     assert parse_bytes("1.5g") == 1_500_000_000
     assert parse_bytes(1024) == 1024
+
+
+def test_the_example_group_file_reads_with_its_paths_beside_it() -> None:
+    from tests.conftest import REPO
+
+    group = load_group_file(REPO / "examples" / "group.yaml")
+    assert group is not None and group.names == ("rag", "chat")
+    chat = group.member_file(group.members[1]).values
+    assert chat["workload"] == str(REPO / "examples" / "support_chat.jsonl")
+    assert chat["model"] == str(REPO / ".models" / "tiny-l2")
+    assert chat["engine_args"] == ("--enforce-eager", "--max-model-len=2048", "--max-num-seqs=64")
