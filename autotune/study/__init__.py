@@ -14,6 +14,7 @@ from autotune.study._best import best_feasible, in_scope
 from autotune.study._gates import Gate, GateVerdict, standard_gates
 from autotune.study._group_objective import (
     GROUP_MODES,
+    GroupMode,
     GroupScore,
     ModelOutcome,
     group_score,
@@ -71,6 +72,7 @@ __all__ = [
     "Figures",
     "Gate",
     "GateVerdict",
+    "GroupMode",
     "GroupScore",
     "IncumbentPruner",
     "Metrics",

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-__all__ = ["GROUP_MODES", "GroupScore", "ModelOutcome", "group_score"]
+__all__ = ["GROUP_MODES", "GroupMode", "GroupScore", "ModelOutcome", "group_score"]
 
 GroupMode = Literal["worst", "weighted_sum"]
 GROUP_MODES: tuple[str, ...] = ("worst", "weighted_sum")

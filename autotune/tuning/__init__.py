@@ -28,6 +28,7 @@ from autotune.tuning._group import (
 )
 from autotune.tuning._group_preview import EnginePreview, GroupPreview, preview_group
 from autotune.tuning._group_prior import PriorSplit, prior_split
+from autotune.tuning._group_trial import GroupEvaluator, GroupTrialResult
 from autotune.tuning._lock import StudyLock, claim_worker_slot
 from autotune.tuning._model import check_model, looks_like_hub_name
 from autotune.tuning._open import FORMATS_ATTR, OpenedStudy, open_study, study_directory
@@ -55,9 +56,11 @@ __all__ = [
     "EnginePreview",
     "GpuGroup",
     "GroupBudget",
+    "GroupEvaluator",
     "GroupModel",
     "GroupPreview",
     "GroupSetup",
+    "GroupTrialResult",
     "OpenedStudy",
     "ParallelRun",
     "PriorSplit",
