@@ -6,13 +6,25 @@ import shlex
 from collections.abc import Mapping
 from typing import Any
 
+import optuna
 import typer
 
 from autotune.cli._console import out
 from autotune.cli._render import fmt_params
-from autotune.errors import EXIT_NO_BASELINE, ConfigError
-from autotune.spec import GroupFile, resolve_spec
-from autotune.tuning import GroupPreview, GroupSetup, build_group, preview_group, prior_split
+from autotune.errors import EXIT_NO_BASELINE
+from autotune.spec import GroupFile, StudySpec, resolve_spec
+from autotune.study import resolve_storage_url
+from autotune.tuning import (
+    GroupEvaluator,
+    GroupPreview,
+    GroupSetup,
+    GroupTrialReport,
+    build_group,
+    preview_group,
+    prior_split,
+    run_group_study,
+    study_directory,
+)
 
 __all__ = ["run_group"]
 
@@ -22,11 +34,50 @@ def run_group(group: GroupFile, flags: Mapping[str, Any]) -> None:
     common = resolve_spec("run", flags=flags, file=group.common)
     with build_group(group, flags) as setup:
         if not common.dry_run:
-            raise ConfigError(
-                f"{group.path}: a study of several models runs only with --dry-run in this version (fix: add "
-                "--dry-run to see every engine's command and the split)"
-            )
+            raise typer.Exit(_run(setup, common))
         raise typer.Exit(_dry_run(setup, common.dry_run_samples, common.seed, common.prior))
+
+
+def _run(setup: GroupSetup, common: StudySpec) -> int:
+    """The group study: every trial the whole group, its value the group's objective."""
+    name = common.study or setup.file.path.stem
+    url = resolve_storage_url(common.storage, name, common.studies_dir)
+    sdir = study_directory(common.studies_dir, name)
+    sdir.mkdir(parents=True, exist_ok=True)
+    study = optuna.create_study(
+        study_name=name,
+        storage=url,
+        direction="minimize",
+        sampler=optuna.samplers.TPESampler(seed=common.seed),
+        load_if_exists=True,
+    )
+    _header(setup)
+    first = None
+    if common.prior:
+        prior = prior_split(setup)
+        first = prior.split
+        for line in prior.lines:
+            out.print(f"# {line}", markup=False, soft_wrap=True)
+    evaluate = GroupEvaluator(setup, sdir / "logs", check_args=common.check_args)
+
+    def show(rep: GroupTrialReport) -> None:
+        ratios = ", ".join(f"{n} {r:.3f}" for n, r in rep.ratios.items())
+        verdict = (
+            f"group objective {rep.value:.3f} ({ratios})"
+            if rep.value is not None
+            else f"FAILED: {rep.reason}"
+        )
+        out.print(
+            f"trial {rep.number} ({rep.label}): {setup.describe_split(rep.split)}: {verdict}", soft_wrap=True
+        )
+
+    run_group_study(setup, evaluate, study, n_trials=common.n_trials, first=first, on_done=show)
+    done = [t for t in study.trials if t.value is not None]
+    best = min(done, key=lambda t: float(t.value or 0.0))
+    out.print(
+        f"best: trial {best.number}, group objective {best.value:.3f} (study {name}, {url})", soft_wrap=True
+    )
+    return 0
 
 
 def _header(setup: GroupSetup) -> None:

@@ -28,6 +28,7 @@ from autotune.tuning._group import (
 )
 from autotune.tuning._group_preview import EnginePreview, GroupPreview, preview_group
 from autotune.tuning._group_prior import PriorSplit, prior_split
+from autotune.tuning._group_study import GroupTrialReport, run_group_study
 from autotune.tuning._group_trial import GroupEvaluator, GroupTrialResult
 from autotune.tuning._lock import StudyLock, claim_worker_slot
 from autotune.tuning._model import check_model, looks_like_hub_name
@@ -60,6 +61,7 @@ __all__ = [
     "GroupModel",
     "GroupPreview",
     "GroupSetup",
+    "GroupTrialReport",
     "GroupTrialResult",
     "OpenedStudy",
     "ParallelRun",
@@ -92,6 +94,7 @@ __all__ = [
     "recheck_baseline",
     "record_devices",
     "record_effective_study",
+    "run_group_study",
     "run_parallel",
     "run_worker",
     "share_parameter",
