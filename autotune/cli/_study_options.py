@@ -16,7 +16,15 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from autotune.spec import StudySpec, field_meta, fields_for, load_study_file, resolve_spec
+from autotune.spec import (
+    GroupFile,
+    StudySpec,
+    field_meta,
+    fields_for,
+    load_group_file,
+    load_study_file,
+    resolve_spec,
+)
 
 # typer needs Optional[...] at runtime on Python 3.10
 # ruff: noqa: UP045
@@ -79,12 +87,16 @@ def explicit_flags(ctx: typer.Context, values: Mapping[str, Any]) -> dict[str, A
 
 
 def study_command(
-    command: str, *, recorded: Callable[[StudySpec], Mapping[str, Any] | None] | None = None
+    command: str,
+    *,
+    recorded: Callable[[StudySpec], Mapping[str, Any] | None] | None = None,
+    group: Callable[[GroupFile, Mapping[str, Any]], None] | None = None,
 ) -> Callable[[Callable[[StudySpec], None]], Callable[..., None]]:
     """Decorate ``fn(spec)`` into a Typer command with ``--file`` and the model's options for ``command``.
 
     ``recorded``: what an existing study recorded (``worker``), read from the spec of the file and flags;
-    it sits between the defaults and the file."""
+    it sits between the defaults and the file. ``group``: what runs a study file of several models
+    (``models:``), given the file and the flags."""
 
     def decorate(fn: Callable[[StudySpec], None]) -> Callable[..., None]:
         params = [
@@ -109,8 +121,11 @@ def study_command(
             if ctx.invoked_subcommand is not None:  # a group's own options (``nightly -f F history``): kept
                 ctx.ensure_object(dict).update(file=file, flags=explicit_flags(ctx, values))
                 return
-            study_file = load_study_file(file) if file is not None else None
             flags = explicit_flags(ctx, values)
+            if group is not None and file is not None and (group_file := load_group_file(file)) is not None:
+                group(group_file, flags)
+                return
+            study_file = load_study_file(file) if file is not None else None
             spec = resolve_spec(command, flags=flags, file=study_file)
             known = recorded(spec) if recorded is not None else None
             if known:

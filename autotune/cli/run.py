@@ -15,6 +15,7 @@ import typer
 from autotune.cli._console import console, log_to_file, out
 from autotune.cli._render import FORMATS_ATTR, fmt_params, fmt_value, study_table, trial_line
 from autotune.cli._study_options import study_command
+from autotune.cli.group import run_group
 from autotune.engine import startup_warnings
 from autotune.errors import EXIT_NO_BASELINE
 from autotune.spec import StudySpec
@@ -53,7 +54,7 @@ from autotune.tuning import (
 __all__ = ["run"]
 
 
-@study_command("run")
+@study_command("run", group=run_group)
 def run(spec: StudySpec) -> None:
     """Tune vLLM on a workload: baseline (vLLM defaults) first, then Optuna's proposals; export the best.
 

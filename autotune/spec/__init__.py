@@ -15,17 +15,31 @@ from autotune.spec._file import (
     spec_fingerprint,
     study_record,
 )
+from autotune.spec._group import (
+    GroupFile,
+    GroupMember,
+    GroupShare,
+    is_group_file,
+    load_group_file,
+    parse_bytes,
+)
 from autotune.spec._model import COMMANDS, StudySpec
 from autotune.spec._render import commented_study_file
 
 __all__ = [
     "COMMANDS",
+    "GroupFile",
+    "GroupMember",
+    "GroupShare",
     "StudyFile",
     "StudySpec",
     "commented_study_file",
     "field_meta",
     "fields_for",
+    "is_group_file",
+    "load_group_file",
     "load_study_file",
+    "parse_bytes",
     "parse_duration",
     "resolve_spec",
     "spec_fingerprint",

@@ -27,14 +27,20 @@ from autotune.space import merge_flag_items
 from autotune.spec._model import COMMANDS, StudySpec
 
 __all__ = [
+    "GROUP_KEYS",
     "StudyFile",
     "field_meta",
     "fields_for",
+    "key_lines",
     "load_study_file",
+    "read_yaml_mapping",
     "resolve_spec",
     "spec_fingerprint",
+    "study_file_from",
     "study_record",
 ]
+
+GROUP_KEYS = ("models", "share")  # the keys of a study of several models (autotune.spec._group)
 
 
 def field_meta(name: str) -> dict[str, Any]:
@@ -76,7 +82,7 @@ class StudyFile:
         return f"{self.path}:{line}" if line else str(self.path)
 
 
-def _key_lines(text: str) -> dict[str, int]:
+def key_lines(text: str) -> dict[str, int]:
     try:
         node = yaml.compose(text)
     except yaml.YAMLError:
@@ -92,8 +98,8 @@ def _closest(key: str) -> str:
     return f"did you mean '{near[0]}'?" if near else "see `autotune init` for every key"
 
 
-def load_study_file(path: Path) -> StudyFile:
-    """Read and check a study file: YAML mapping, known keys, values of the right type (one line each)."""
+def read_yaml_mapping(path: Path) -> tuple[dict[Any, Any], str]:
+    """A study file's YAML mapping and its text (a one-line error when it is not one)."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -110,7 +116,24 @@ def load_study_file(path: Path) -> StudyFile:
         data = {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: a study file is a mapping of keys to values, not {type(data).__name__}")
-    lines = _key_lines(text)
+    return data, text
+
+
+def load_study_file(path: Path) -> StudyFile:
+    """Read and check a study file: YAML mapping, known keys, values of the right type (one line each)."""
+    data, text = read_yaml_mapping(path)
+    lines = key_lines(text)
+    for key in GROUP_KEYS:
+        if key in data:
+            raise ConfigError(
+                f"{path}:{lines.get(key, '?')}: {key!r}: a study of several models on one server runs with "
+                f"`autotune run -f {path}` (fix: run it with `autotune run`, or study one model here)"
+            )
+    return study_file_from(path, data, lines)
+
+
+def study_file_from(path: Path, data: Mapping[Any, Any], lines: Mapping[str, int]) -> StudyFile:
+    """The study keys of a file's mapping, checked (``lines``: each key's line in the file)."""
     values: dict[str, Any] = {}
     for key, value in data.items():
         name = str(key).replace("-", "_")

@@ -12,6 +12,13 @@ from autotune.study._baseline import (
 )
 from autotune.study._best import best_feasible, in_scope
 from autotune.study._gates import Gate, GateVerdict, standard_gates
+from autotune.study._group_objective import (
+    GROUP_MODES,
+    GroupMode,
+    GroupScore,
+    ModelOutcome,
+    group_score,
+)
 from autotune.study._journal import PendingJournal, storage_fault
 from autotune.study._measure import TrialMeasure, suggest_values
 from autotune.study._objective import Objective, parse_slo
@@ -32,6 +39,14 @@ from autotune.study._record import (
     write_record,
 )
 from autotune.study._runner import StudyRunner, TrialHooks, TrialReport, run_study
+from autotune.study._split import (
+    SPLIT_PREFIX,
+    member_params,
+    split_fractions,
+    split_params,
+    suggest_member,
+    suggest_split,
+)
 from autotune.study._storage import STORAGE_ENV, open_storage, redact_url, resolve_storage_url
 from autotune.study._summary import baseline_saturation, failure_summary, saturation_summary
 from autotune.study._trust import (
@@ -47,16 +62,21 @@ __all__ = [
     "BASELINE_ATTR",
     "COST_BAND",
     "COST_FIGURES",
+    "GROUP_MODES",
     "RECORD_VERSION",
     "REFERENCE_ATTR",
+    "SPLIT_PREFIX",
     "STORAGE_ENV",
     "Evaluator",
     "ExportChoice",
     "Figures",
     "Gate",
     "GateVerdict",
+    "GroupMode",
+    "GroupScore",
     "IncumbentPruner",
     "Metrics",
+    "ModelOutcome",
     "Objective",
     "PassedOver",
     "PendingJournal",
@@ -77,8 +97,10 @@ __all__ = [
     "export_costs",
     "fail_orphaned_trials",
     "failure_summary",
+    "group_score",
     "in_scope",
     "load_or_create",
+    "member_params",
     "open_storage",
     "parse_slo",
     "read_record",
@@ -87,8 +109,12 @@ __all__ = [
     "resolve_storage_url",
     "run_study",
     "saturation_summary",
+    "split_fractions",
+    "split_params",
     "standard_gates",
     "storage_fault",
+    "suggest_member",
+    "suggest_split",
     "suggest_values",
     "write_record",
 ]

@@ -18,6 +18,18 @@ from autotune.tuning._fingerprint import (
     study_fingerprint,
 )
 from autotune.tuning._gpus import GpuGroup, for_gpus, on_gpus, parse_gpus, plan_groups, record_devices
+from autotune.tuning._group import (
+    GroupBudget,
+    GroupModel,
+    GroupSetup,
+    build_group,
+    equal_split,
+    share_parameter,
+)
+from autotune.tuning._group_preview import EnginePreview, GroupPreview, preview_group
+from autotune.tuning._group_prior import PriorSplit, prior_split
+from autotune.tuning._group_study import GroupTrialReport, run_group_study
+from autotune.tuning._group_trial import GroupEvaluator, GroupTrialResult
 from autotune.tuning._lock import StudyLock, claim_worker_slot
 from autotune.tuning._model import check_model, looks_like_hub_name
 from autotune.tuning._open import FORMATS_ATTR, OpenedStudy, open_study, study_directory
@@ -42,14 +54,24 @@ __all__ = [
     "BaselinePlan",
     "BenchResult",
     "CommandPreview",
+    "EnginePreview",
     "GpuGroup",
+    "GroupBudget",
+    "GroupEvaluator",
+    "GroupModel",
+    "GroupPreview",
+    "GroupSetup",
+    "GroupTrialReport",
+    "GroupTrialResult",
     "OpenedStudy",
     "ParallelRun",
+    "PriorSplit",
     "StudyLock",
     "TuningSetup",
     "WorkerSpec",
     "arrival_spec",
     "bench_server",
+    "build_group",
     "build_setup",
     "check_fingerprint",
     "check_model",
@@ -58,6 +80,7 @@ __all__ = [
     "confirm_best",
     "describe_params",
     "effective_fingerprint",
+    "equal_split",
     "for_gpus",
     "looks_like_hub_name",
     "on_gpus",
@@ -66,11 +89,15 @@ __all__ = [
     "plan_baseline",
     "plan_groups",
     "preview_commands",
+    "preview_group",
+    "prior_split",
     "recheck_baseline",
     "record_devices",
     "record_effective_study",
+    "run_group_study",
     "run_parallel",
     "run_worker",
+    "share_parameter",
     "space_change_note",
     "study_choices",
     "study_directory",

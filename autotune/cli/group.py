@@ -1,0 +1,135 @@
+"""``autotune run -f group.yaml``: a study of several models on one server (``models:``, ``share:``)."""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping
+from typing import Any
+
+import optuna
+import typer
+
+from autotune.cli._console import out
+from autotune.cli._render import fmt_params
+from autotune.errors import EXIT_NO_BASELINE
+from autotune.spec import GroupFile, StudySpec, resolve_spec
+from autotune.study import resolve_storage_url
+from autotune.tuning import (
+    GroupEvaluator,
+    GroupPreview,
+    GroupSetup,
+    GroupTrialReport,
+    build_group,
+    preview_group,
+    prior_split,
+    run_group_study,
+    study_directory,
+)
+
+__all__ = ["run_group"]
+
+
+def run_group(group: GroupFile, flags: Mapping[str, Any]) -> None:
+    """The group study of ``group`` (flags as given on the command line, applied to every model)."""
+    common = resolve_spec("run", flags=flags, file=group.common)
+    with build_group(group, flags) as setup:
+        if not common.dry_run:
+            raise typer.Exit(_run(setup, common))
+        raise typer.Exit(_dry_run(setup, common.dry_run_samples, common.seed, common.prior))
+
+
+def _run(setup: GroupSetup, common: StudySpec) -> int:
+    """The group study: every trial the whole group, its value the group's objective."""
+    name = common.study or setup.file.path.stem
+    url = resolve_storage_url(common.storage, name, common.studies_dir)
+    sdir = study_directory(common.studies_dir, name)
+    sdir.mkdir(parents=True, exist_ok=True)
+    study = optuna.create_study(
+        study_name=name,
+        storage=url,
+        direction="minimize",
+        sampler=optuna.samplers.TPESampler(seed=common.seed),
+        load_if_exists=True,
+    )
+    _header(setup)
+    first = None
+    if common.prior:
+        prior = prior_split(setup)
+        first = prior.split
+        for line in prior.lines:
+            out.print(f"# {line}", markup=False, soft_wrap=True)
+    evaluate = GroupEvaluator(setup, sdir / "logs", check_args=common.check_args)
+
+    def show(rep: GroupTrialReport) -> None:
+        ratios = ", ".join(f"{n} {r:.3f}" for n, r in rep.ratios.items())
+        verdict = (
+            f"group objective {rep.value:.3f} ({ratios})"
+            if rep.value is not None
+            else f"FAILED: {rep.reason}"
+        )
+        out.print(
+            f"trial {rep.number} ({rep.label}): {setup.describe_split(rep.split)}: {verdict}", soft_wrap=True
+        )
+
+    run_group_study(setup, evaluate, study, n_trials=common.n_trials, first=first, on_done=show)
+    done = [t for t in study.trials if t.value is not None]
+    best = min(done, key=lambda t: float(t.value or 0.0))
+    out.print(
+        f"best: trial {best.number}, group objective {best.value:.3f} (study {name}, {url})", soft_wrap=True
+    )
+    return 0
+
+
+def _header(setup: GroupSetup) -> None:
+    names = ", ".join(setup.names)
+    out.print(f"# a group of {len(setup.models)} models on one server ({names}); {setup.budget.total_text()}")
+    if setup.host_pool_gib is not None:
+        out.print(f"# KV-offload pools: {setup.host_pool_gib:g} GiB of host memory for the group in all")
+    for note in setup.notes:
+        out.print(f"# {note}", markup=False, soft_wrap=True)
+    for m in setup.models:
+        s = m.setup
+        out.print(
+            f"# {m.name}: model {s.model}, workload {s.choices.workload} ({len(s.workload)} requests, "
+            f"{s.arrival.describe()}), space {s.space_path}, weight {m.weight:g}",
+            soft_wrap=True,
+        )
+        for line in s.space_lines():
+            out.print(f"# {m.name}: {line}", markup=False, soft_wrap=True)
+
+
+def _print(setup: GroupSetup, p: GroupPreview) -> None:
+    used = setup.budget.describe(p.budget_used / setup.budget.total)
+    out.print(f"\n# {p.label}: {setup.describe_split(p.split)}; in all {used}", soft_wrap=True)
+    fit = "fits" if not p.infeasible else "INFEASIBLE before launch: " + "; ".join(p.infeasible)
+    out.print(f"# {fit}", markup=False, soft_wrap=True)
+    for e, m in zip(p.engines, setup.models, strict=True):
+        verdict = (
+            f"REJECTED by vLLM's parser: {e.parser_error}"
+            if e.parser_error
+            else ("accepted by vLLM's parser" if e.checked else "not checked (--no-check-args)")
+        )
+        formats = {n: q.format for n, q in m.setup.space.parameters.items() if q.format}
+        own = p.values.get(e.name) or {}
+        out.print(f"# {e.name}: {verdict}" + (f"; {fmt_params(own, formats)}" if own else ""), markup=False)
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in e.env.items())
+        out.print((env + " " if env else "") + " ".join(shlex.quote(a) for a in e.argv), soft_wrap=True)
+
+
+def _dry_run(setup: GroupSetup, samples: int, seed: int, use_prior: bool) -> int:
+    _header(setup)
+    first = None
+    if use_prior:
+        prior = prior_split(setup)
+        first = prior.split
+        for line in prior.lines:
+            out.print(f"# {line}", markup=False, soft_wrap=True)
+    previews = preview_group(setup, samples=samples, seed=seed, first=first)
+    for p in previews:
+        _print(setup, p)
+    out.print(
+        "\n# dry run: nothing was launched and no study was written (each engine's port is chosen at launch)"
+    )
+    if setup.notes:  # a GPU profile previewed on a machine that cannot run it: the preview is the point
+        return 0
+    return EXIT_NO_BASELINE if previews[0].infeasible else 0

@@ -1,0 +1,284 @@
+"""A group of models on one server, assembled: one :class:`~autotune.tuning.TuningSetup` per model
+(its workload, space, fixed flags and parser, as a study of that model alone builds them), the
+shared budget the group splits (:class:`GroupBudget`), the operator's split (the baseline) and each
+model's command under a split.
+
+The budget's parameter leaves each model's own space: the split sets it (``split.NAME``, see
+:mod:`autotune.study._split`), so no sample can give the group more than the budget.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from autotune.errors import AutotuneError, ConfigError
+from autotune.memory import MachineFacts, read_machine_facts
+from autotune.space import RenderedConfig, SearchSpace, render_values
+from autotune.spec import GroupFile, resolve_spec
+from autotune.trial import model_max_len
+from autotune.tuning._setup import TuningSetup, build_setup
+
+__all__ = ["GroupBudget", "GroupModel", "GroupSetup", "build_group", "share_parameter"]
+
+MiB = 2**20
+POOL_FLAG = "--kv-offloading-size"
+DEFAULT_GPU_SHARE = 0.92
+# share: keys by platform: the ones a platform lacks are refused, with what to write instead
+_NOT_ON: dict[str, dict[str, str]] = {
+    "cpu": {
+        "gpu_memory_utilization": "the CPU build has no GPU share (fix: share.kv_cache_memory_bytes, the "
+        "group's KV total, e.g. 256M)",
+        "host_pool_gb": "the CPU build has no KV-offload pool: its KV cache is host memory already (fix: drop "
+        "it; share.kv_cache_memory_bytes is the group's KV total)",
+        "host_share": "the CPU build has no KV-offload pool (fix: drop it)",
+    },
+    "cuda": {
+        "kv_cache_memory_bytes": "on GPUs the group's budget is its share of each GPU (fix: "
+        "share.gpu_memory_utilization, e.g. 0.9)",
+    },
+}
+
+
+def share_parameter(space: SearchSpace, flag: str) -> str | None:
+    """The parameter of ``space`` that sets ``flag`` (the budget a split decides), by its flag.
+    (One place to switch to the space's parameter roles when they exist.)"""
+    return next((n for n, p in space.parameters.items() if p.flag == flag), None)
+
+
+@dataclass(frozen=True)
+class GroupBudget:
+    """The shared budget the split divides: on the CPU build the group's KV bytes, on GPUs its share
+    of each GPU. A model's value is rounded down (MiB, or 0.001 of the GPU): never past the budget."""
+
+    key: str  # the share: key
+    flag: str
+    total: float
+
+    def value(self, fraction: float) -> str:
+        if self.flag == "--kv-cache-memory-bytes":
+            return f"{math.floor(self.total * fraction / MiB)}M"
+        return f"{math.floor(self.total * fraction * 1000) / 1000:.3f}"
+
+    def used(self, fraction: float) -> float:
+        """What a model's share takes of the budget, as rendered (bytes, or a share of the GPU)."""
+        if self.flag == "--kv-cache-memory-bytes":
+            return float(math.floor(self.total * fraction / MiB) * MiB)
+        return math.floor(self.total * fraction * 1000) / 1000
+
+    def describe(self, fraction: float) -> str:
+        if self.flag == "--kv-cache-memory-bytes":
+            return f"{math.floor(self.total * fraction / MiB)} MiB"
+        return f"--gpu-memory-utilization {self.value(fraction)}"
+
+    def total_text(self) -> str:
+        if self.flag == "--kv-cache-memory-bytes":
+            return f"{self.total / MiB:g} MiB of KV (share.{self.key})"
+        return f"{self.total:g} of each GPU (share.{self.key})"
+
+
+@dataclass(frozen=True)
+class GroupModel:
+    """One engine of the group: its setup (the budget's parameter out of its space) and its weight."""
+
+    name: str
+    weight: float
+    setup: TuningSetup
+    max_model_len: int | None
+
+    def argv(
+        self, budget: GroupBudget, fraction: float, values: Mapping[str, Any], port: int = 0
+    ) -> list[str]:
+        """Its full command (launcher included) under a split and a configuration of its own space."""
+        return self.setup.engine.argv(self.setup.launch, self.rendered(budget, fraction, values), port)
+
+    def rendered(self, budget: GroupBudget, fraction: float, values: Mapping[str, Any]) -> RenderedConfig:
+        own = render_values(self.setup.space, values) if values else RenderedConfig(args=())
+        return replace(own, args=(*own.args, f"{budget.flag}={budget.value(fraction)}"))
+
+    def engine_argv(self, budget: GroupBudget, fraction: float, values: Mapping[str, Any]) -> list[str]:
+        """The command without its launcher (what vLLM's parser and the memory estimate read)."""
+        return self.argv(budget, fraction, values)[len(self.setup.launch.launcher) :]
+
+    def infeasible(
+        self,
+        budget: GroupBudget,
+        fraction: float,
+        values: Mapping[str, Any],
+        facts: MachineFacts | None = None,
+    ) -> str | None:
+        """Why this model cannot run under this share before anything starts (None: it can, or no
+        memory estimate): its KV must hold one request of its ``max_model_len``."""
+        guard = self.setup.guard
+        if guard is None:
+            return None
+        verdict = guard.check(self.engine_argv(budget, fraction, values), facts)
+        est = verdict.estimate
+        if est is not None and not est.fits_one_request:
+            return (
+                f"{self.name}: its share ({budget.describe(fraction)}) holds {est.kv_tokens:,} KV tokens, "
+                f"less than one request of max_model_len {est.max_model_len:,}"
+            )
+        return f"{self.name}: {'; '.join(verdict.reasons)}" if verdict.reasons else None
+
+
+@dataclass(frozen=True)
+class GroupSetup:
+    """The group's models (in file order), the budget they split and the baseline's split."""
+
+    file: GroupFile
+    models: tuple[GroupModel, ...]
+    budget: GroupBudget
+    baseline: Mapping[str, float]  # each model's fraction of the budget (sum <= 1)
+    baseline_source: str  # "share.baseline" or "equal split"
+    platform: Literal["cuda", "cpu"]
+    host_pool_gib: float | None = None  # the group's total for KV-offload pools (None: no pool here)
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(m.name for m in self.models)
+
+    def infeasible(
+        self, split: Mapping[str, float], values: Mapping[str, Mapping[str, Any]] | None = None
+    ) -> tuple[str, ...]:
+        """Why a split (and each model's configuration) cannot run, one reason per model that cannot."""
+        if not any(m.setup.guard is not None for m in self.models):
+            return ()
+        facts = read_machine_facts(self.models[0].setup.guard.probe if self.models[0].setup.guard else None)
+        reasons = [
+            m.infeasible(self.budget, split[m.name], (values or {}).get(m.name, {}), facts)
+            for m in self.models
+        ]
+        return tuple(r for r in [*reasons, self.pools_over(values or {})] if r)
+
+    def pools_over(self, values: Mapping[str, Mapping[str, Any]]) -> str | None:
+        """Why the models' KV-offload pools together pass the group's host budget (None: they do not)."""
+        pools = {}
+        for m in self.models:
+            param = share_parameter(m.setup.space, POOL_FLAG)
+            own = values.get(m.name, {})
+            if param is not None and own.get(param):
+                pools[m.name] = float(own[param])
+        if self.host_pool_gib is None or sum(pools.values()) <= self.host_pool_gib:
+            return None
+        shown = ", ".join(f"{n} {v:g}" for n, v in pools.items())
+        return f"the KV-offload pools ({shown} GiB) pass the group's host pool of {self.host_pool_gib:g} GiB"
+
+    def describe_split(self, split: Mapping[str, float]) -> str:
+        parts = [f"{n} {split[n]:.2f} ({self.budget.describe(split[n])})" for n in self.names]
+        return f"split of {self.budget.total_text()}: " + ", ".join(parts)
+
+
+def _budget(group: GroupFile, platform: Literal["cuda", "cpu"]) -> GroupBudget:
+    share = group.share
+    for key, why in _NOT_ON[platform].items():
+        if getattr(share, key) is not None:
+            raise ConfigError(f"{group.where(f'share.{key}')}: share.{key}: {why}")
+    if platform == "cpu":
+        if share.kv_cache_memory_bytes is None:
+            raise ConfigError(
+                f"{group.where('share')}: share.kv_cache_memory_bytes is required on the CPU build: the group's KV "
+                "total, which the models split (fix: e.g. share: {kv_cache_memory_bytes: 256M})"
+            )
+        return GroupBudget(
+            "kv_cache_memory_bytes", "--kv-cache-memory-bytes", float(share.kv_cache_memory_bytes)
+        )
+    total = share.gpu_memory_utilization if share.gpu_memory_utilization is not None else DEFAULT_GPU_SHARE
+    return GroupBudget("gpu_memory_utilization", "--gpu-memory-utilization", total)
+
+
+def _baseline(group: GroupFile, budget: GroupBudget) -> tuple[dict[str, float], str]:
+    given = group.share.baseline
+    if given is None:
+        return {n: 1.0 / len(group.names) for n in group.names}, "equal split"
+    if budget.flag == "--gpu-memory-utilization":  # given as each engine's --gpu-memory-utilization
+        total = sum(given.values())
+        if total > budget.total + 1e-9:
+            raise ConfigError(
+                f"{group.where('share.baseline')}: share.baseline: the shares sum to {total:g}, above the group's "
+                f"share.gpu_memory_utilization {budget.total:g} (fix: shares within the group's share)"
+            )
+        return {n: given[n] / budget.total for n in group.names}, "share.baseline"
+    return {n: given[n] for n in group.names}, "share.baseline"
+
+
+def _without_budget(name: str, setup: TuningSetup, budget: GroupBudget, group: GroupFile) -> TuningSetup:
+    """The model's setup with the budget's parameter out of its space (the split sets it)."""
+    if any(flag.replace("_", "-") == budget.flag for flag, _ in setup.fixed):
+        raise ConfigError(
+            f"{group.where(f'models.{name}')}: models.{name}.engine_args: {budget.flag} is the group's split "
+            f"(fix: drop it; set share.{budget.key} and share.baseline)"
+        )
+    param = share_parameter(setup.space, budget.flag)
+    if param is None:
+        return setup
+    params = {k: v for k, v in setup.space.parameters.items() if k != param}
+    clipped = tuple(c for c in setup.clipped if not c.startswith(f"not searched: {param} "))
+    return replace(setup, space=setup.space.model_copy(update={"parameters": params}), clipped=clipped)
+
+
+@contextmanager
+def build_group(group: GroupFile, flags: Mapping[str, Any]) -> Iterator[GroupSetup]:
+    """Each model's setup (its errors named by model), the budget for the platform and the baseline
+    split; every setup's argument checker is closed on exit."""
+    for key in ("model", "workload"):
+        if key in flags:
+            raise ConfigError(
+                f"--{key}: {group.path} is a study of several models (models:): each entry names its own {key} "
+                f"(fix: drop --{key}, or change the entry in {group.path})"
+            )
+    with contextlib.ExitStack() as stack:
+        setups: list[tuple[str, float, TuningSetup]] = []
+        for member in group.members:
+            spec = resolve_spec("run", flags=flags, file=group.member_file(member))
+            try:
+                setups.append((member.name, member.weight, stack.enter_context(build_setup(spec))))
+            except AutotuneError as exc:
+                raise type(exc)(f"model {member.name}: {exc}") from exc
+        platform = setups[0][2].platform
+        budget = _budget(group, platform)
+        baseline, source = _baseline(group, budget)
+        models = tuple(
+            GroupModel(name, weight, _without_budget(name, s, budget, group), model_max_len(s.model, s.fixed))
+            for name, weight, s in setups
+        )
+        yield GroupSetup(
+            file=group,
+            models=models,
+            budget=budget,
+            baseline=baseline,
+            baseline_source=source,
+            platform=platform,
+            host_pool_gib=_host_pool(group, platform, setups[0][2].choices.host_share),
+            notes=_notes(platform, [s.profile_note for _, _, s in setups]),
+        )
+
+
+def _notes(platform: str, profile_notes: Sequence[str | None]) -> tuple[str, ...]:
+    notes = tuple(dict.fromkeys(n for n in profile_notes if n))
+    if platform == "cuda" and not notes and not read_machine_facts().has_gpu:
+        notes = ("this machine has no GPU: the commands are what a GPU host would launch",)
+    return notes
+
+
+def _host_pool(group: GroupFile, platform: str, host_share: float) -> float | None:
+    """The group's total for KV-offload pools in GiB: ``share.host_pool_gb``, else ``share.host_share``
+    (default ``--host-share``) of the host's available memory; None on the CPU build (no pool)."""
+    if platform == "cpu":
+        return None
+    if group.share.host_pool_gb is not None:
+        return group.share.host_pool_gb
+    share = group.share.host_share if group.share.host_share is not None else host_share
+    return round(share * read_machine_facts().host_available / 2**30, 1)
+
+
+def equal_split(names: Sequence[str]) -> dict[str, float]:
+    return {n: 1.0 / len(names) for n in names}
+
+
+__all__ += ["equal_split"]

@@ -1,0 +1,123 @@
+"""The Optuna loop of a group of models on one server: the baseline group first (``share.baseline``,
+or an equal split, each model's fixed flags), then the prior's split (when it has one), then
+sampled splits and configurations (``split.NAME`` and ``NAME.param``), each one group trial.
+
+A trial's value is the group's objective (the baseline group scores 1.0); each model's figures,
+command, log and reason are its user attrs (``model:NAME``). A split that cannot run is failed
+before launch with each model's reason; a failed group trial is data (state FAIL, its reason kept).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import optuna
+
+from autotune.errors import AutotuneError
+from autotune.study import TrialRecord, split_params, suggest_member, suggest_split
+from autotune.tuning._group import GroupSetup
+from autotune.tuning._group_trial import GroupEvaluator, GroupTrialResult
+
+__all__ = ["GroupTrialReport", "run_group_study"]
+
+log = logging.getLogger(__name__)
+
+KEPT_FIGURES = ("ttft_p90", "ttft_p50", "tpot_p90", "e2el_p90", "output_throughput", "completed", "failed")
+
+
+@dataclass(frozen=True)
+class GroupTrialReport:
+    """One trial of the group study, as the command line shows it."""
+
+    number: int
+    label: str  # baseline, prior's split, sampled
+    split: Mapping[str, float]
+    value: float | None  # the group's objective (None: failed or infeasible)
+    ratios: Mapping[str, float]
+    reason: str | None
+
+
+def _model_attrs(rec: TrialRecord, metric: str) -> dict[str, Any]:
+    figures = {k: rec.figures.get(k) for k in (metric, *KEPT_FIGURES)} if rec.figures is not None else {}
+    return {
+        "status": str(rec.status),
+        "figures": figures,
+        "failure": rec.failure,
+        "reason": rec.reason,
+        "command": list(rec.command),
+        "log_path": rec.log_path,
+    }
+
+
+def _ask(
+    study: optuna.Study, setup: GroupSetup, kind: str, first: Mapping[str, float] | None
+) -> tuple[optuna.Trial, dict[str, float], dict[str, dict[str, Any]]]:
+    names = setup.names
+    if kind in ("baseline", "prior"):
+        split = setup.baseline if kind == "baseline" else (first or setup.baseline)
+        study.enqueue_trial(split_params(split, names), skip_if_exists=False)
+        trial = study.ask()
+        return trial, suggest_split(trial, names), {}  # each model's fixed flags only
+    trial = study.ask()
+    split = suggest_split(trial, names)
+    return trial, split, {m.name: suggest_member(trial, m.name, m.setup.space) for m in setup.models}
+
+
+def _tell(
+    study: optuna.Study, trial: optuna.Trial, setup: GroupSetup, result: GroupTrialResult
+) -> float | None:
+    for m in setup.models:
+        trial.set_user_attr(f"model:{m.name}", _model_attrs(result.records[m.name], m.setup.objective.metric))
+    trial.set_user_attr("group_ratios", dict(result.score.ratios))
+    if result.reason is not None:
+        trial.set_user_attr("group_reason", result.reason)
+    if result.ok and result.score.value is not None:
+        study.tell(trial, result.score.value)
+        return result.score.value
+    study.tell(trial, state=optuna.trial.TrialState.FAIL)
+    return None
+
+
+def run_group_study(
+    setup: GroupSetup,
+    evaluate: GroupEvaluator,
+    study: optuna.Study,
+    *,
+    n_trials: int,
+    first: Mapping[str, float] | None = None,
+    on_done: Callable[[GroupTrialReport], None] | None = None,
+) -> optuna.Study:
+    """``n_trials`` group trials into ``study`` (minimised): the baseline group, the prior's split,
+    then sampled ones. The baseline group failing stops the study (nothing to compare with)."""
+    kinds = ["baseline", *(["prior"] if first is not None else []), *["sampled"] * n_trials][:n_trials]
+    baseline: GroupTrialResult | None = None
+    for kind in kinds:
+        trial, split, values = _ask(study, setup, kind, first)
+        trial.set_user_attr("group_trial", kind)
+        trial.set_user_attr("split", dict(split))
+        if kind == "baseline":
+            trial.set_user_attr("baseline", True)
+        infeasible = setup.infeasible(split, values)
+        value: float | None = None
+        ratios: Mapping[str, float] = {}
+        reason: str | None
+        if infeasible:
+            reason = "infeasible before launch: " + "; ".join(infeasible)
+            trial.set_user_attr("group_reason", reason)
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        else:
+            result = evaluate(trial.number, split, values, baseline)
+            value, ratios, reason = _tell(study, trial, setup, result), result.score.ratios, result.reason
+            if kind == "baseline":
+                baseline = result
+        if on_done is not None:
+            on_done(GroupTrialReport(trial.number, kind, dict(split), value, dict(ratios), reason))
+        if kind == "baseline" and (baseline is None or not baseline.ok):
+            raise AutotuneError(
+                f"the baseline group failed: {reason} (fix: give each model a share that holds it in "
+                "share.baseline, or a larger share total)"
+            )
+    return study

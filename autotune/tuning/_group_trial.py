@@ -1,0 +1,173 @@
+"""One trial of a group of models on one server: every engine started together, every workload
+replayed at the same time on its own timeline, each model's figures kept and the group scored.
+
+Each model is measured by its own :class:`~autotune.trial.VllmEvaluator` (its own port, log and
+process group under the guardian; on the CPU build its own cores, as ``--workers`` cuts them), on
+a thread of its own. The engines meet at a barrier once each is healthy, so that no workload
+starts before every engine is up. When one engine fails (refused before launch, fails to start,
+crashes), the others are stopped: at the barrier at once, during their replay at their next
+checkpoint; each stops its engine on the way out, and the trial fails with that model's reason.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from autotune.study import GroupMode, GroupScore, ModelOutcome, TrialRecord, TrialStatus, group_score
+from autotune.trial import VllmEvaluator
+from autotune.tuning._gpus import for_gpus, plan_groups
+from autotune.tuning._group import GroupSetup
+
+__all__ = ["GroupEvaluator", "GroupTrialResult"]
+
+log = logging.getLogger(__name__)
+
+
+class _GroupStopped(Exception):
+    """Raised in a model's progress report at the barrier: another engine of the group failed."""
+
+
+@dataclass(frozen=True)
+class GroupTrialResult:
+    """The group trial: each model's record (file order), its score and why it failed, if it did."""
+
+    records: Mapping[str, TrialRecord]
+    score: GroupScore
+    failed_model: str | None = None  # the model whose engine failed first (None: none failed)
+    reason: str | None = None  # why the trial failed or is infeasible (None: feasible)
+
+    @property
+    def ok(self) -> bool:
+        return self.failed_model is None and self.score.feasible
+
+    def figures(self, name: str, metric: str) -> float | None:
+        rec = self.records[name]
+        return rec.figures.get(metric) if rec.figures is not None and rec.status == TrialStatus.OK else None
+
+
+@dataclass
+class _Stop:
+    """The group's shared stop: the first model to fail, and the barrier the engines meet at."""
+
+    barrier: threading.Barrier
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    failed: str | None = None
+    reason: str | None = None
+
+    def fail(self, name: str, reason: str) -> None:
+        with self.lock:
+            if self.failed is None:
+                self.failed, self.reason = name, reason
+        self.barrier.abort()
+
+    def why(self) -> str | None:
+        return None if self.failed is None else f"stopped: {self.failed} of the group failed ({self.reason})"
+
+
+@dataclass
+class GroupEvaluator:
+    """Measures one split and configuration of the whole group (see the module's doc)."""
+
+    setup: GroupSetup
+    log_dir: Path
+    check_args: bool = True
+    mode: GroupMode = "worst"
+    evaluators: dict[str, VllmEvaluator] = field(init=False)
+
+    def __post_init__(self) -> None:
+        n = len(self.setup.models)
+        first = self.setup.models[0].setup
+        # on the CPU build each engine gets its own cores, as --workers cuts them; on GPUs all share them
+        slots = plan_groups(first, None, workers=n) if self.setup.platform == "cpu" else ()
+        self.evaluators = {}
+        for i, m in enumerate(self.setup.models):
+            s = for_gpus(m.setup, slots[i]) if slots else m.setup
+            (self.log_dir / m.name).mkdir(parents=True, exist_ok=True)
+            self.evaluators[m.name] = s.evaluator(self.log_dir / m.name, check_args=self.check_args)
+
+    def __call__(
+        self,
+        number: int,
+        split: Mapping[str, float],
+        values: Mapping[str, Mapping[str, Any]],
+        baseline: GroupTrialResult | None = None,
+    ) -> GroupTrialResult:
+        """Trial ``number`` of the group under ``split`` (each model's fraction of the budget) and
+        ``values`` (each model's own parameters); ``baseline``: the baseline group's trial (None: this is the baseline group, scored 1.0 against itself)."""
+        names = self.setup.names
+        stop = _Stop(threading.Barrier(len(names)))
+        with ThreadPoolExecutor(max_workers=len(names), thread_name_prefix="group-model") as pool:
+            futures = {
+                m.name: pool.submit(self._one, number, m.name, split[m.name], values.get(m.name, {}), stop)
+                for m in self.setup.models
+            }
+            try:
+                records = {n: futures[n].result() for n in names}
+            except BaseException:  # Ctrl-C: every engine stops at its barrier or next checkpoint
+                stop.fail("the tool", "interrupted")
+                raise
+        return self._result(records, stop, baseline)
+
+    def _one(
+        self, number: int, name: str, fraction: float, own: Mapping[str, Any], stop: _Stop
+    ) -> TrialRecord:
+        model = next(m for m in self.setup.models if m.name == name)
+        rendered = model.rendered(self.setup.budget, fraction, own)
+
+        def progress(step: int, _partial: Mapping[str, Any]) -> str | None:
+            if step == 0:  # this engine is up: wait for the others (an exception stops its engine)
+                try:
+                    stop.barrier.wait()
+                except threading.BrokenBarrierError:
+                    raise _GroupStopped(stop.why() or "stopped") from None
+            return stop.why()
+
+        try:
+            record = self.evaluators[name](number, rendered, progress)
+        except _GroupStopped as exc:
+            return TrialRecord(status=TrialStatus.FAILED, failure="group_stopped", reason=str(exc))
+        except BaseException as exc:
+            stop.fail(name, f"{type(exc).__name__}: {exc}")
+            raise
+        if record.status != TrialStatus.OK and stop.failed is None:
+            stop.fail(name, record.reason or record.failure or str(record.status))
+        return record
+
+    def _result(
+        self, records: Mapping[str, TrialRecord], stop: _Stop, baseline: GroupTrialResult | None
+    ) -> GroupTrialResult:
+        if stop.failed is not None:  # the first failure names the trial; the others were stopped
+            reason = f"{stop.failed}: {stop.reason}"
+            return GroupTrialResult(dict(records), GroupScore(None, {}, (reason,)), stop.failed, reason)
+        outcomes = [self._outcome(m.name, records[m.name], baseline) for m in self.setup.models]
+        direction = self.setup.models[0].setup.objective.direction
+        score = group_score(outcomes, direction=direction, mode=self.mode)
+        return GroupTrialResult(dict(records), score, None, "; ".join(score.reasons) or None)
+
+    def _outcome(self, name: str, rec: TrialRecord, baseline: GroupTrialResult | None) -> ModelOutcome:
+        """One model's part: its figure against its figure in the baseline group, and the
+        constraints of its own objective it broke (throughput against its baseline, its SLOs)."""
+        model = next(m for m in self.setup.models if m.name == name)
+        obj = model.setup.objective
+        value = (
+            rec.figures.get(obj.metric) if rec.figures is not None and rec.status == TrialStatus.OK else None
+        )
+        base_value = value if baseline is None else baseline.figures(name, obj.metric)
+        base_tput = None if baseline is None else baseline.figures(name, "output_throughput")
+        figures = rec.figures.raw if rec.figures is not None else None
+        cons = obj.constraints(figures, base_tput, feasible=value is not None)
+        broken = tuple(f"{c} not met" for c, v in zip(obj.constraint_names(), cons, strict=True) if v > 0)
+        return ModelOutcome(
+            name=name,
+            value=value,
+            baseline=base_value,
+            weight=model.weight,
+            violations=broken if value is not None else (),
+            failure=None if rec.status == TrialStatus.OK else (rec.reason or rec.failure),
+        )

@@ -1,0 +1,152 @@
+"""A group of two tiny models assembled: the budget for the platform, the operator's split, the
+budget's parameter out of each space, the one-request rule per model and the prior's first split."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import optuna
+import pytest
+
+from autotune.errors import ConfigError, WorkloadError
+from autotune.spec import GroupFile, load_group_file
+from autotune.study import suggest_member, suggest_split
+from autotune.tiny_model import make_tiny_model
+from autotune.tuning import build_group, prior_split
+from tests.conftest import REPO
+
+FLAGS = {"check_args": False}
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("group-models")
+    return make_tiny_model(root / "l8", layers=8), make_tiny_model(root / "l2", layers=2)
+
+
+def group_yaml(
+    models: tuple[Path, Path], share: str = "kv_cache_memory_bytes: 48M", rag_args: str = ""
+) -> str:
+    return f"""\
+models:
+  - name: rag
+    model: {models[0]}
+    workload: {REPO / "examples" / "rag.jsonl"}
+    engine_args: [--enforce-eager, --max-model-len=2048{rag_args}]
+  - name: chat
+    model: {models[1]}
+    workload: {REPO / "examples" / "support_chat.jsonl"}
+    engine_args: [--enforce-eager, --max-model-len=2048]
+share:
+  {share}
+"""
+
+
+def _group(tmp_path: Path, text: str) -> GroupFile:
+    path = tmp_path / "group.yaml"
+    path.write_text(text)
+    found = load_group_file(path)
+    assert found is not None
+    return found
+
+
+def test_the_split_sets_the_budget_and_never_passes_it(tmp_path: Path, models: tuple[Path, Path]) -> None:
+    with build_group(_group(tmp_path, group_yaml(models)), FLAGS) as group:
+        assert group.baseline == {"rag": 0.5, "chat": 0.5} and group.baseline_source == "equal split"
+        for m in group.models:  # the split sets the KV size: not each model's own search
+            assert "kv_cache_memory_bytes" not in m.setup.space.parameters
+            assert not any("kv_cache_memory_bytes" in line for line in m.setup.space_lines())
+        study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=3))
+        for _ in range(100):
+            trial = study.ask()
+            split = suggest_split(trial, group.names)
+            values = {m.name: suggest_member(trial, m.name, m.setup.space) for m in group.models}
+            study.tell(trial, 0.0)
+            assert sum(group.budget.used(split[n]) for n in group.names) <= 48 * 2**20
+            argv = [group.models[0].argv(group.budget, split["rag"], values["rag"])]
+            assert sum(a.startswith("--kv-cache-memory-bytes") for a in argv[0]) == 1
+
+
+def test_a_share_too_small_for_one_request_is_infeasible_before_launch_named_by_model(
+    tmp_path: Path, models: tuple[Path, Path]
+) -> None:
+    with build_group(_group(tmp_path, group_yaml(models)), FLAGS) as group:
+        assert group.infeasible(group.baseline) == ()
+        reasons = group.infeasible({"rag": 0.1, "chat": 0.9})
+        assert len(reasons) == 1 and reasons[0].startswith("rag: its share (4 MiB) holds"), reasons
+        assert "less than one request of max_model_len 2,048" in reasons[0]
+
+
+def test_the_priors_first_split_gives_the_kv_to_the_model_whose_working_set_needs_it(
+    tmp_path: Path, models: tuple[Path, Path]
+) -> None:
+    with build_group(_group(tmp_path, group_yaml(models)), FLAGS) as group:
+        prior = prior_split(group)
+        assert prior.split is not None
+        assert prior.split["rag"] > prior.split["chat"] > 0, prior.lines
+        assert sum(prior.split.values()) <= 1 + 1e-9
+        assert group.infeasible(prior.split) == ()
+        line = prior.lines[0]
+        assert "rag: working set" in line and "chat: working set" in line and "B/token" in line
+        assert f"split {prior.split['rag']:.2f}/{prior.split['chat']:.2f}" in line
+
+
+def test_the_operators_gpu_shares_are_the_baseline_within_the_groups_share(
+    tmp_path: Path, models: tuple[Path, Path]
+) -> None:
+    text = group_yaml(models, "gpu_memory_utilization: 0.9\n  baseline: {rag: 0.45, chat: 0.45}")
+    with build_group(_group(tmp_path, text), {**FLAGS, "profile": "cuda-native", "dry_run": True}) as group:
+        assert group.budget.flag == "--gpu-memory-utilization"
+        assert group.baseline == pytest.approx({"rag": 0.5, "chat": 0.5})
+        assert group.budget.value(group.baseline["rag"]) == "0.450"
+    over = group_yaml(models, "gpu_memory_utilization: 0.8\n  baseline: {rag: 0.45, chat: 0.45}")
+    refused = pytest.raises(ConfigError, match=r"group.yaml:12: share.baseline: the shares sum to 0.9, above")
+    with refused, build_group(_group(tmp_path, over), {**FLAGS, "profile": "cuda-native", "dry_run": True}):
+        pass
+
+
+@pytest.mark.parametrize(
+    ("share", "rag_args", "needle"),
+    [
+        ("gpu_memory_utilization: 0.5", "", r"group.yaml:11: share.gpu_memory_utilization: the CPU build has no"),
+        ("host_pool_gb: 8", "", r"group.yaml:11: share.host_pool_gb: the CPU build has no KV-offload pool"),
+        ("{}", "", r"share.kv_cache_memory_bytes is required on the CPU build"),
+        ("kv_cache_memory_bytes: 48M", ", --kv-cache-memory-bytes=8M", r"group.yaml:2: models.rag.engine_args: "
+         r"--kv-cache-memory-bytes is the group's split"),
+    ],
+)  # fmt: skip
+def test_a_share_the_platform_lacks_or_a_model_fixing_its_share_is_one_line(
+    tmp_path: Path, models: tuple[Path, Path], share: str, rag_args: str, needle: str
+) -> None:
+    with (
+        pytest.raises(ConfigError, match=needle) as err,
+        build_group(_group(tmp_path, group_yaml(models, share, rag_args)), FLAGS),
+    ):
+        pass
+    assert "\n" not in str(err.value) and "fix:" in str(err.value)
+
+
+def test_one_models_bad_workload_is_named_by_model_and_line(
+    tmp_path: Path, models: tuple[Path, Path]
+) -> None:
+    bad = tmp_path / "chat.jsonl"
+    lines = (REPO / "examples" / "support_chat.jsonl").read_text().splitlines()
+    bad.write_text("\n".join([*itertools.islice(lines, 2), '{"prompt": 3}', *lines[2:]]) + "\n")
+    text = group_yaml(models).replace(str(REPO / "examples" / "support_chat.jsonl"), str(bad))
+    with pytest.raises(WorkloadError) as err, build_group(_group(tmp_path, text), FLAGS):
+        pass
+    msg = str(err.value)
+    assert msg.startswith("model chat: ") and f"{bad}:3" in msg, msg
+
+
+def test_offload_pools_past_the_groups_host_pool_are_infeasible_before_launch(
+    tmp_path: Path, models: tuple[Path, Path]
+) -> None:
+    text = group_yaml(models, "gpu_memory_utilization: 0.9\n  host_pool_gb: 8")
+    with build_group(_group(tmp_path, text), {**FLAGS, "profile": "cuda-native", "dry_run": True}) as group:
+        assert group.host_pool_gib == 8
+        pool = {"cpu_swap_space_gb": 8}
+        assert group.pools_over({"rag": pool, "chat": {"cpu_swap_space_gb": 0}}) is None
+        why = group.pools_over({"rag": pool, "chat": pool})
+        assert why == "the KV-offload pools (rag 8, chat 8 GiB) pass the group's host pool of 8 GiB"
