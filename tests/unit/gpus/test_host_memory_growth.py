@@ -94,3 +94,36 @@ def test_the_offload_cap_says_when_its_reading_may_undercount(
         clamped = clamp_space(space, facts, 0.65)
     assert clamped.parameters["kv_offloading_size"].choices == (0, 8)
     assert "may undercount (memory is hot-plugged" in caplog.text and HOST_MEMORY_ENV in caplog.text
+
+
+ASCEND_POOL = """
+name: renamed
+platform: ascend
+parameters:
+  host_pool:
+    role: kv_pool
+    type: categorical
+    choices: [0, 8, 64, 160]
+    json_flag: --kv-transfer-config
+    json_path: kv_connector_extra_config.cpu_swap_space_gb
+"""
+
+
+def test_the_host_clamp_finds_a_renamed_pool_by_its_role(tmp_path: Path) -> None:
+    """A pool that is neither called ``cpu_swap_space_gb`` nor renders ``--kv-offloading-size``
+    (vllm-ascend's connector field) is clamped by its role: the clamp knew the name by heart."""
+    (tmp_path / "s.yaml").write_text(ASCEND_POOL)
+    space = load_search_space(tmp_path / "s.yaml")
+    facts = machine.MachineFacts(
+        gpus=(),
+        host_total=31 * GiB,
+        host_available=28 * GiB,
+        swap_total=0,
+        swap_used=0,
+        swap_in_bytes=0,
+        swap_out_bytes=0,
+        shm_total=None,
+        shm_free=None,
+        host_growth="",
+    )
+    assert clamp_space(space, facts, 0.65).parameters["host_pool"].choices == (0, 8)
