@@ -9,8 +9,8 @@ from typing import Annotated, Any
 import typer
 
 from autotune.cli._console import console, out
+from autotune.cli._open import open_and_announce
 from autotune.cli._study_options import ExportPath, Storage, StudiesDir, study_command
-from autotune.cli.run import open_and_announce
 from autotune.errors import EXIT_NOTHING_FEASIBLE, EXIT_REGRESSION, ConfigError, PromoteHookError
 from autotune.spec import StudySpec
 
@@ -43,7 +43,7 @@ def nightly(spec: StudySpec) -> None:
     with build_setup(spec) as setup, StudyLock(spec.storage, name, spec.studies_dir):
         setup.check_fixed_flags()
         plan = plan_baseline(setup)
-        setup = setup.with_prior()  # once: announced, enqueued and vetoing from this setup
+        setup = setup.with_prior()  # once: announced, vetoing, and enqueued after the incumbent
         st, sdir = open_and_announce(setup, name, spec.storage, spec.studies_dir, spec.seed, plan)
         options = NightOptions(
             budget_s=spec.budget_s,
