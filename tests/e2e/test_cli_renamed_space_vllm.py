@@ -4,15 +4,14 @@ finds the renamed pool by role and the sampler never sees a pool the host cannot
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import optuna
 import pytest
 
-from tests.conftest import MARK_ENV, REPO, real_rag_workload, wait_no_processes
+from tests.conftest import real_rag_workload, wait_no_processes
+from tests.e2e.test_cli import _autotune
 
 pytestmark = pytest.mark.vllm(alongside=True)  # what each trial carried, not how fast it ran
 
@@ -40,15 +39,9 @@ def test_a_renamed_space_keeps_the_priors_candidate_and_the_host_clamp_on_real_v
         "--engine-arg=--enforce-eager", "--engine-arg=--max-model-len=1024",
         "--baseline-arg=--kv-cache-memory-bytes=32M",  # vLLM's default (0.92 of host RAM) may not fit beside others
     ]  # fmt: skip
-    env = {**os.environ, MARK_ENV: mark, "PYTHONPATH": str(REPO)}
-    res = subprocess.run(
-        [sys.executable, "-m", "autotune", *args],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=540,
-    )
+    p = _autotune(args, mark, tmp_path)  # the tool as a user runs it; it ends every engine it started
+    stdout, stderr = p.communicate(timeout=540)
+    res = subprocess.CompletedProcess(p.args, p.returncode, stdout, stderr)
     out = res.stdout + res.stderr
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     assert not wait_no_processes(mark)
