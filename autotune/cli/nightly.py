@@ -12,8 +12,8 @@ import typer
 from rich.text import Text
 
 from autotune.cli._console import console, out
+from autotune.cli._open import open_and_announce
 from autotune.cli._study_options import FILE_HELP, ExportPath, Storage, StudiesDir, study_command
-from autotune.cli.run import open_and_announce
 from autotune.errors import EXIT_BUDGET, EXIT_NOTHING_FEASIBLE, EXIT_REGRESSION, ConfigError, PromoteHookError
 from autotune.spec import StudySpec, load_study_file, resolve_spec
 
@@ -51,7 +51,7 @@ def nightly(spec: StudySpec) -> None:
     with build_setup(spec) as setup, StudyLock(spec.storage, name, spec.studies_dir):
         setup.check_fixed_flags()
         plan = plan_baseline(setup)
-        setup = setup.with_prior()  # once: announced, enqueued and vetoing from this setup
+        setup = setup.with_prior()  # once: announced, vetoing, and enqueued after the incumbent
         st, sdir = open_and_announce(setup, name, spec.storage, spec.studies_dir, spec.seed, plan)
         options = NightOptions(
             budget_s=spec.budget_s,

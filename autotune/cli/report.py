@@ -9,8 +9,8 @@ from typing import Annotated, Any, Optional
 import typer
 
 from autotune.cli._console import out
+from autotune.cli._open import existing_study
 from autotune.cli._study_options import Storage, StudiesDir
-from autotune.cli.study import existing_study
 from autotune.errors import ExportError, WorkloadError
 
 # typer needs Optional[...] at runtime on Python 3.10

@@ -12,7 +12,8 @@ from typing import Any
 import optuna
 import typer
 
-from autotune.cli._console import console, log_to_file, out
+from autotune.cli._console import console, out
+from autotune.cli._open import enqueue_prior, open_and_announce
 from autotune.cli._render import FORMATS_ATTR, fmt_params, fmt_value, study_table, trial_line
 from autotune.cli._study_options import study_command
 from autotune.cli.group import run_group
@@ -28,11 +29,10 @@ from autotune.study import (
     best_feasible,
     choose_export,
     export_costs,
-    read_record,
-    redact_url,
     run_study,
     saturation_summary,
 )
+from autotune.trial import VllmEvaluator
 from autotune.tuning import (
     BaselinePlan,
     GpuGroup,
@@ -42,10 +42,8 @@ from autotune.tuning import (
     check_fingerprint,
     check_study_name,
     effective_fingerprint,
-    open_study,
     plan_baseline,
     plan_groups,
-    record_effective_study,
     run_parallel,
     space_change_note,
     study_hooks,
@@ -75,6 +73,7 @@ def run(spec: StudySpec) -> None:
         # cleanly at the end, so the next holder does not take this run for dead
         with StudyLock(spec.storage, name, spec.studies_dir), contextlib.ExitStack() as leases:
             st, sdir = open_and_announce(setup, name, spec.storage, spec.studies_dir, spec.seed, plan)
+            enqueue_prior(setup, st)  # after the baseline (a night's picks follow its incumbent)
             for diff in check_fingerprint(st, setup, refuse=False):  # recorded for `autotune worker --study`
                 console.print(f"this run differs from the study's: {diff}", style="yellow", markup=False)
             if note := space_change_note(st, setup):
@@ -103,7 +102,7 @@ def _measure(
     sdir: Path,
     groups: tuple[GpuGroup, ...] | None,
     leases: contextlib.ExitStack,
-) -> Any:
+) -> VllmEvaluator:
     """The trials, in this process or in parallel workers; returns the evaluator that confirms the best."""
     spec = setup.choices
     todo = _trials_to_run(st, spec.n_trials, spec.total_trials)
@@ -129,7 +128,7 @@ def _measure(
     return parallel.evaluator  # confirmation on worker 0's GPUs, leased by this process
 
 
-def _report_and_export(st: optuna.Study, setup: TuningSetup, evaluator: Any, sdir: Path) -> None:
+def _report_and_export(st: optuna.Study, setup: TuningSetup, evaluator: VllmEvaluator, sdir: Path) -> None:
     spec = setup.choices
     console.print(study_table(st, setup.objective.metric))
     if baseline_trial(st) is None:
@@ -141,69 +140,6 @@ def _report_and_export(st: optuna.Study, setup: TuningSetup, evaluator: Any, sdi
             raise typer.Exit(EXIT_NO_BASELINE)  # nothing measured to export, not even a reference
     target = spec.out or sdir / "best.yaml"
     _confirm_and_export(st, setup, evaluator, spec.confirm_rounds, spec.min_improvement, target)
-
-
-def open_and_announce(
-    setup: TuningSetup, name: str, storage: str | None, studies_dir: Path, seed: int, plan: BaselinePlan
-) -> tuple[optuna.Study, Path]:
-    """Open the study (see :func:`autotune.tuning.open_study`) and say what this run starts from."""
-
-    opened = open_study(setup, name, storage, studies_dir, seed, plan)
-    log_to_file(opened.directory / "study.log")
-    st = opened.study
-    if opened.previous_profile:
-        console.print(
-            f"[yellow]study {name} ran with profile {opened.previous_profile}; this run uses {setup.profile.name}[/yellow]"
-        )
-    for pname, reason in setup.space.unsupported.items():
-        console.print(f"[dim]not tuned with profile {setup.profile.name}: {pname}: {reason}[/dim]")
-    for line in setup.space_lines():
-        console.print(line, markup=False, soft_wrap=True)
-    for warning in startup_warnings(setup.profile):
-        console.print(f"[yellow]{warning}[/yellow]", soft_wrap=True)
-    if opened.recovered:
-        console.print(f"recovered {opened.recovered} measured trial(s) that a storage fault had kept locally")
-    if opened.shm_cleaned is not None and opened.shm_cleaned.removed:
-        console.print(opened.shm_cleaned.summary())
-    console.print(
-        f"study [bold]{name}[/bold] in {redact_url(opened.url)} | {setup.engine_label} | space {setup.space_path} | "
-        f"workload {setup.choices.workload} ({len(setup.workload)} requests, {setup.arrival.describe()}) | "
-        f"objective {setup.objective.direction} {setup.objective.metric} | fingerprint {record_effective_study(st, setup)}"
-    )
-    if opened.finished_before:
-        base = baseline_trial(st)
-        console.print(
-            f"resuming: {opened.finished_before} trial(s) already finished; baseline "
-            + (f"measured (trial #{base.number})" if base else "not measured yet: it runs first")
-        )
-        saturated = baseline_saturation(read_record(base)) if base is not None else None
-        if saturated is not None:
-            console.print(saturated, style="bold red", markup=False, soft_wrap=True)
-    announce_prior(setup, st)
-    if not plan.defaults_fit:
-        why = "; ".join(plan.why_not)
-        console.print(f"[yellow]vLLM's defaults cannot run here ({why})[/yellow]")
-        if plan.reference is not None:
-            console.print(f"[yellow]baseline: {plan.describe()} (the smallest change that fits)[/yellow]")
-        else:
-            console.print("[red]no runnable reference in the space: the study will have no baseline[/red]")
-    return st, opened.directory
-
-
-def announce_prior(setup: TuningSetup, st: optuna.Study) -> None:
-    """Say what the prior reasoned (console and study log) and enqueue its candidates after the baseline
-    (``setup`` the study's: its prior built, see :meth:`TuningSetup.with_prior`)."""
-    import logging
-
-    prior = setup.prior
-    if prior is None:
-        return
-    for line in prior.lines:
-        logging.getLogger("autotune.prior").info(line)
-        console.print(line, style="dim", markup=False, soft_wrap=True)
-    added = prior.enqueue(st)
-    if added:
-        console.print(f"prior: {len(added)} informed candidate(s) enqueued after the baseline", style="dim")
 
 
 def say_trial(rep: TrialReport, metric: str) -> None:
@@ -227,7 +163,7 @@ def _trials_to_run(st: optuna.Study, n_trials: int, total_trials: int | None) ->
 
 
 def _run_trials(
-    st: optuna.Study, setup: TuningSetup, evaluator: Any, n_trials: int, timeout: float | None
+    st: optuna.Study, setup: TuningSetup, evaluator: VllmEvaluator, n_trials: int, timeout: float | None
 ) -> None:
     formats = st.user_attrs.get(FORMATS_ATTR) or {}
     done = {"n": 0}
@@ -259,7 +195,12 @@ def _run_trials(
 
 
 def _confirm_and_export(
-    st: optuna.Study, setup: TuningSetup, evaluator: Any, rounds: int, min_improvement: float, target: Path
+    st: optuna.Study,
+    setup: TuningSetup,
+    evaluator: VllmEvaluator,
+    rounds: int,
+    min_improvement: float,
+    target: Path,
 ) -> None:
     """Choose the trial to export (a doubtful best passed over), re-measure it against the baseline,
     export it; say what was passed over, what got worse than the baseline, and how to deploy it."""
@@ -300,7 +241,7 @@ def _confirm_and_export(
 def _confirm(
     st: optuna.Study,
     setup: TuningSetup,
-    evaluator: Any,
+    evaluator: VllmEvaluator,
     rounds: int,
     min_improvement: float,
     candidate: optuna.trial.FrozenTrial | None,

@@ -9,28 +9,15 @@ import optuna
 import typer
 
 from autotune.cli._console import console, out
+from autotune.cli._open import existing_study
 from autotune.cli._render import study_table
 from autotune.cli._study_options import Storage, StudiesDir
-from autotune.errors import StorageError, StudyNotFoundError
+from autotune.errors import StorageError
 
 # typer needs Optional[...] at runtime on Python 3.10
 # ruff: noqa: UP045
 
-__all__ = ["existing_study", "export", "show"]
-
-
-def existing_study(storage: str | None, name: str, studies_dir: Path) -> optuna.Study:
-    """Open a study that exists, read-only in intent: nothing is created or written."""
-    from autotune.study import open_storage, resolve_storage_url
-
-    url = resolve_storage_url(storage, name, studies_dir)
-    if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).exists():
-        raise StudyNotFoundError(f"--study: no study named {name!r} (no {url.removeprefix('sqlite:///')})")
-    st = open_storage(url)
-    names = [s.study_name for s in optuna.get_all_study_summaries(st)]
-    if name not in names:
-        raise StudyNotFoundError(f"--study: no study named {name!r} (known: {', '.join(names) or 'none'})")
-    return optuna.load_study(study_name=name, storage=st)
+__all__ = ["export", "show"]
 
 
 def export(

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from autotune.errors import ConfigError
-from autotune.space import flag_pairs
+from autotune.space import HOST_POOL_FIELDS, flag_pairs
 
 __all__ = ["EngineSizing", "parse_size", "sizing_from_argv"]
 
@@ -64,13 +64,11 @@ def sizing_from_argv(argv: Sequence[str], platform: Literal["cuda", "cpu"]) -> E
             extra = json.loads(ktc).get("kv_connector_extra_config") or {}
         except (ValueError, AttributeError):
             extra = {}
-        if "cpu_bytes_to_use" in extra:
-            offload = max(offload, int(extra["cpu_bytes_to_use"]))
-        if "cpu_swap_space_gb" in extra:
-            offload = max(offload, int(float(extra["cpu_swap_space_gb"]) * 2**30))
-        if "lmcache.max_local_cpu_size" in extra:  # GiB per tensor-parallel rank
-            ranks = int(num("--tensor-parallel-size", 1))
-            offload = max(offload, int(float(extra["lmcache.max_local_cpu_size"]) * 2**30 * ranks))
+        ranks = int(num("--tensor-parallel-size", 1))
+        for key, unit in HOST_POOL_FIELDS.items():
+            if key in extra:  # LMCache's size is per tensor-parallel rank
+                per = ranks if key.startswith("lmcache.") else 1
+                offload = max(offload, int(float(extra[key]) * unit * per))
     kv_bytes = f.get("--kv-cache-memory-bytes")
     cpu = platform == "cpu"
     return EngineSizing(

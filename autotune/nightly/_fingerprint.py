@@ -12,6 +12,7 @@ from typing import Any
 from autotune import __version__
 from autotune.errors import WorkloadError
 from autotune.memory import read_machine_facts
+from autotune.space import measured_bytes
 from autotune.tuning import TuningSetup
 from autotune.workload import PromptTokenizer, inspect_workload, load_tokenizer
 
@@ -33,7 +34,7 @@ def _model_hash(model: str) -> str | None:
 def environment_fingerprint(setup: TuningSetup) -> dict[str, Any]:
     inst = setup.engine.installed()
     facts = read_machine_facts()
-    space_text = setup.space_path.read_bytes() if setup.space_path.exists() else b""
+    space_text = measured_bytes(setup.space_path)
     return {
         "engine": inst.describe(),
         "gpus": [g.name for g in facts.gpus],

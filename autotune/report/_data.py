@@ -18,7 +18,7 @@ import optuna
 
 from autotune.errors import ExportError
 from autotune.export import measured_engine_argv
-from autotune.space import flag_pairs
+from autotune.space import RoleNames, flag_pairs
 from autotune.study import TrialRecord, baseline_trial, best_feasible, constraints_hold, read_record
 from autotune.trial import read_request_timings
 
@@ -107,6 +107,9 @@ class StudyFacts:
     rows: tuple[TrialRow, ...]
     param_names: tuple[str, ...]
     param_formats: Mapping[str, str] = field(default_factory=dict)
+    roles: RoleNames = field(
+        default_factory=RoleNames
+    )  # which parameter is the host pool, ... (as the study stored them)
     engine: str | None = None
     engine_profile: str | None = None
     model: str | None = None
@@ -187,6 +190,7 @@ def collect(study: optuna.Study) -> StudyFacts:
         rows=rows,
         param_names=tuple(names),
         param_formats=dict(study.user_attrs.get("param_formats") or {}),
+        roles=_roles(study, names),
         engine=engine,
         engine_profile=study.user_attrs.get("engine_profile"),
         model=model,
@@ -195,6 +199,12 @@ def collect(study: optuna.Study) -> StudyFacts:
         best=best,
         confirmation=confirmation if isinstance(confirmation, Mapping) else None,
     )
+
+
+def _roles(study: optuna.Study, names: list[str]) -> RoleNames:
+    """The study's stored roles; a study stored before roles: by its parameters' pre-role names."""
+    stored = study.user_attrs.get("param_roles")
+    return RoleNames.of(stored) if isinstance(stored, Mapping) else RoleNames.guessed(names)
 
 
 def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:

@@ -226,7 +226,7 @@ def _memory_section(facts: StudyFacts, working_set: int | None) -> str:
         if r is None:
             continue
         rec = r.record
-        offload = _offload(r)
+        offload = _offload(r, facts.roles.kv_pool)
         row: list[Cell | str] = [
             f"{label} (#{r.number})",
             Cell.num(rec.kv_tokens, "{:,.0f}"),
@@ -260,11 +260,11 @@ def _memory_section(facts: StudyFacts, working_set: int | None) -> str:
     return out + _plot_or_note(fig, "plot-memory")
 
 
-def _offload(row: TrialRow) -> str:
-    """The CPU KV offload pool of a trial: the space's ``cpu_swap_space_gb`` (rendered per profile),
-    else a fixed ``--kv-offloading-size`` or LMCache's size variable, as written."""
-    if "cpu_swap_space_gb" in row.params:
-        return f"{row.params['cpu_swap_space_gb']} GiB"
+def _offload(row: TrialRow, pool: str | None) -> str:
+    """The CPU KV offload pool of a trial: the space's host-pool parameter ``pool`` (rendered per
+    profile), else a fixed ``--kv-offloading-size`` or LMCache's size variable, as written."""
+    if pool is not None and pool in row.params:
+        return f"{row.params[pool]} GiB"
     tokens = list(row.record.command)
     for i, tok in enumerate(tokens):
         name, _, inline = tok.partition("=")

@@ -14,10 +14,12 @@ so everything downstream sees one target per parameter.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from autotune.space._roles import Role, RoleNames, legacy_roles
 
 __all__ = ["PROFILE_NAMES", "Condition", "FixedBy", "Parameter", "ProfileName", "RenderTarget", "SearchSpace"]
 
@@ -120,6 +122,8 @@ class RenderTarget(_Strict):
 
 class Parameter(_Strict):
     type: Literal["int", "float", "categorical", "bool"]
+    # What the parameter is (autotune/space/_roles.py): how the prior, the guard and the report find it.
+    role: Role | None = None
     description: str = ""
     low: float | None = None
     high: float | None = None
@@ -255,11 +259,48 @@ class Parameter(_Strict):
         return None
 
 
+def _with_role(p: dict[str, Any] | Parameter, role: Role) -> dict[str, Any] | Parameter:
+    return {**p, "role": role} if isinstance(p, dict) else p.model_copy(update={"role": role})
+
+
 class SearchSpace(_Strict):
     name: str
     platform: Literal["cuda", "cpu", "rocm", "xpu", "ascend"]
     description: str = ""
     parameters: Annotated[dict[str, Parameter], Field(min_length=1)]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy_roles(cls, data: Any) -> Any:
+        """A parameter without ``role:`` under a pre-role name takes that name's role (when free)."""
+        params = data.get("parameters") if isinstance(data, dict) else None
+        if not isinstance(params, dict):
+            return data
+
+        def role_of(p: Any) -> Any:
+            return p.get("role") if isinstance(p, dict) else getattr(p, "role", None)
+
+        taken = [r for p in params.values() if (r := role_of(p)) is not None]
+        unset = [n for n, p in params.items() if isinstance(p, dict | Parameter) and role_of(p) is None]
+        inferred = legacy_roles(unset, taken)
+        if not inferred:
+            return data
+        with_roles = {n: _with_role(p, inferred[n]) if n in inferred else p for n, p in params.items()}
+        return {**data, "parameters": with_roles}
+
+    @model_validator(mode="after")
+    def _check_roles(self) -> SearchSpace:
+        holders: dict[str, str] = {}
+        for name, p in self.parameters.items():
+            if p.role is None:
+                continue
+            if p.role in holders:
+                raise ValueError(
+                    f"parameters.{name}.role: role {p.role!r} is already parameter {holders[p.role]!r}'s "
+                    "(fix: a role names one parameter; give one of them another role, or none)"
+                )
+            holders[p.role] = name
+        return self
 
     @model_validator(mode="after")
     def _check_conditions(self) -> SearchSpace:
@@ -281,6 +322,21 @@ class SearchSpace(_Strict):
     @property
     def tunable(self) -> dict[str, Parameter]:
         return {k: v for k, v in self.parameters.items() if v.tunable}
+
+    @property
+    def roles(self) -> RoleNames:
+        """The name of the parameter with each role (tunable or not): ``space.roles.kv_pool``."""
+        return RoleNames.of({p.role: n for n, p in self.parameters.items() if p.role is not None})
+
+    def tunable_named(self, name: str | None) -> tuple[str, Parameter] | None:
+        """(name, parameter) when ``name`` (e.g. ``space.roles.kv_pool``) is tuned, else None."""
+        p = self.parameters.get(name) if name is not None else None
+        return (name, p) if name is not None and p is not None and p.tunable else None
+
+    @staticmethod
+    def value_of(name: str | None, values: Mapping[str, Any], default: Any = None) -> Any:
+        """What ``values`` (name -> value) give parameter ``name`` (None: the space lacks the role)."""
+        return values.get(name, default) if name is not None else default
 
     @property
     def numerics_notes(self) -> dict[str, str]:

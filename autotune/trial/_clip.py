@@ -14,7 +14,15 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from autotune.space import Parameter, SearchSpace, describe_values, flag_stem, render_values
+from autotune.space import (
+    HOST_POOL_FIELDS,
+    MEMORY_ROLES,
+    Parameter,
+    SearchSpace,
+    describe_values,
+    flag_stem,
+    render_values,
+)
 from autotune.trial._memory_guard import MemoryGuard
 
 __all__ = ["MEMORY_STEMS", "clip_space"]
@@ -31,17 +39,18 @@ MEMORY_STEMS = frozenset(
         "kv-cache-dtype",
     }
 )
-# Pool sizes inside --kv-transfer-config that the guard reads.
-_POOL_KEYS = frozenset({"cpu_bytes_to_use", "cpu_swap_space_gb", "lmcache.max_local_cpu_size"})
 GRID_LIMIT = 20_000  # configurations checked at most (a few seconds); a larger grid is not clipped
 
 
 def _reads_memory(p: Parameter) -> bool:
+    """A parameter the guard reads: by its role, its flag, or a host-pool field of a JSON flag."""
     if p.condition is not None:
         return False
+    if p.role in MEMORY_ROLES:
+        return True
     if p.flag is not None:
         return flag_stem(p.flag) in MEMORY_STEMS
-    return p.json_flag is not None and bool(p.json_keys) and p.json_keys[-1] in _POOL_KEYS
+    return p.json_flag is not None and bool(p.json_keys) and p.json_keys[-1] in HOST_POOL_FIELDS
 
 
 def clip_space(

@@ -224,7 +224,8 @@ def clamp_space(space: SearchSpace, facts: MachineFacts, host_share: float) -> S
     """Drop offload-pool sizes above ``host_share`` of available host memory before the study starts
     (logged in the study's log), so the sampler never proposes a pool that would make the host swap."""
     params = dict(space.parameters)
-    pools = [n for n, p in space.tunable.items() if n == "cpu_swap_space_gb" or p.flag in OFFLOAD_FLAGS]
+    pool = space.roles.kv_pool  # the host pool by role, and any parameter that renders a pool flag
+    pools = [n for n, p in space.tunable.items() if n == pool or p.flag in OFFLOAD_FLAGS]
     if pools and facts.host_growth:
         log.warning(
             "offload pools (%s) are capped at %.0f%% of the %.1f GiB host memory available now, but this "
@@ -235,10 +236,8 @@ def clamp_space(space: SearchSpace, facts: MachineFacts, host_share: float) -> S
             facts.host_growth,
             HOST_MEMORY_ENV,
         )
-    for name, p in space.tunable.items():
-        is_pool = name == "cpu_swap_space_gb" or p.flag in OFFLOAD_FLAGS
-        if not is_pool:
-            continue
+    for name in pools:
+        p = space.tunable[name]
         limit = clamp_offload_range(float("inf"), facts, host_share)
         if p.type == "categorical" and p.choices:
             kept = tuple(c for c in p.choices if isinstance(c, int | float) and c <= limit)

@@ -17,6 +17,7 @@ from typing import Any
 import optuna
 
 from autotune.errors import ConfigError
+from autotune.space import measured_bytes
 from autotune.spec import StudySpec, field_meta, spec_fingerprint, study_record
 from autotune.tuning._setup import TuningSetup
 
@@ -111,7 +112,7 @@ def study_fingerprint(setup: TuningSetup) -> dict[str, dict[str, str]]:
     parameters it tunes (the space less what the user fixed)."""
     c = setup.choices
     tuned = sorted(setup.space.tunable)  # less what the user fixed
-    space = _space_bytes(setup) if setup.space_path.exists() else b""
+    space = _space_bytes(setup)
     fixed = " ".join(setup.fixed_argv)
     if setup.choices.baseline_args:  # older studies have none: their hash is unchanged
         fixed += " baseline " + " ".join(setup.choices.baseline_args)
@@ -133,7 +134,7 @@ def study_fingerprint(setup: TuningSetup) -> dict[str, dict[str, str]]:
 
 
 def _space_bytes(setup: TuningSetup) -> bytes:
-    return setup.space_path.read_bytes() if setup.space_path.exists() else b""
+    return measured_bytes(setup.space_path)
 
 
 def _files_sha(path: Path) -> str:

@@ -24,6 +24,7 @@ from autotune.tuning._setup import TuningSetup
 __all__ = ["FORMATS_ATTR", "OpenedStudy", "open_study", "study_directory"]
 
 FORMATS_ATTR = "param_formats"  # study attr: parameter -> its space's value format ("{}M")
+ROLES_ATTR = "param_roles"  # study attr: role -> the space's parameter with it (the report reads it)
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,7 @@ def open_study(
     previous = study.user_attrs.get("engine_profile")
     study.set_user_attr("engine_profile", setup.profile.name)
     study.set_user_attr(FORMATS_ATTR, {n: p.format for n, p in setup.space.parameters.items() if p.format})
+    study.set_user_attr(ROLES_ATTR, setup.space.roles.as_dict())
     # What engines of a run killed together with its engine left (their runtime folders, the
     # /dev/shm files those engines made): only ours, never another program's unmapped file.
     cleaned = clean_leftover_engines()

@@ -29,14 +29,13 @@ from autotune.space import Parameter, SearchSpace, describe_values, render_value
 from autotune.study import in_scope
 from autotune.trial import MemoryGuard
 from autotune.tuning._prior_lru import Chains, chains_of, lru_hit_share
-from autotune.tuning._prior_seqs import SEQS_PARAM, kv_concurrency, peak_concurrency, seqs_plan
-from autotune.tuning._prior_veto import FAR_WORSE, POOL_PARAM, checked_by, no_gain_reason
+from autotune.tuning._prior_seqs import kv_concurrency, peak_concurrency, seqs_plan
+from autotune.tuning._prior_veto import FAR_WORSE, checked_by, no_gain_reason
 from autotune.workload import PromptTokenizer, WordTokenizer, Workload, load_tokenizer
 
-__all__ = ["POOL_PARAM", "Prior", "PriorInputs", "build_prior", "lru_hit_share"]
+__all__ = ["Prior", "PriorInputs", "build_prior", "lru_hit_share"]
 
 log = logging.getLogger(__name__)
-KV_PARAMS = ("gpu_memory_utilization", "kv_cache_memory_bytes")
 GAIN = 0.02  # a pool (or a block size) must add this share of prompt tokens to count
 GiB = 2**30
 
@@ -102,7 +101,7 @@ class Prior:
         estimate = setup.guard.check(argv).estimate
         if estimate is None or estimate.kv_tokens <= 0:
             return None
-        pool_gib = float(values.get(POOL_PARAM) or 0)
+        pool_gib = float(self.space.value_of(self.space.roles.kv_pool, values) or 0)
         per_token = setup.guard.kv_bytes_per_token(argv)
         pool = int(pool_gib * GiB / per_token) if per_token else 0
         return estimate.kv_tokens, estimate.block_size, pool
@@ -114,15 +113,16 @@ class Prior:
             return {}
         values = self._with_fixed(values)
         gpu, block, pool = cap
-        caching = values.get("enable_prefix_caching", True) is not False
+        caching = self.space.value_of(self.space.roles.prefix_caching, values, True) is not False
         if_caching = self.hit_share(block, gpu)
-        out: dict[str, Any] = {
-            "gpu_kv_tokens": gpu,
-            "block_size": block,
-            "working_set_tokens": self.chains(block).distinct * block,
-            "prefix_hit_gpu": round(if_caching if caching else 0.0, 4),
-            "prefix_hit_bound": round(self.chains(block).prompt_tokens and self.bound(block), 4),
-        }
+        # stored on the trial as is (block_size: the KV block the estimate used, not a parameter)
+        out: dict[str, Any] = dict(
+            gpu_kv_tokens=gpu,
+            block_size=block,
+            working_set_tokens=self.chains(block).distinct * block,
+            prefix_hit_gpu=round(if_caching if caching else 0.0, 4),
+            prefix_hit_bound=round(self.chains(block).prompt_tokens and self.bound(block), 4),
+        )
         if not caching:  # what the same memory would serve with prefix caching on
             out["prefix_hit_if_caching"] = round(if_caching, 4)
         if pool:
@@ -142,8 +142,8 @@ class Prior:
         caching off without a pool at high predicted reuse) is measured once, as a check; later
         proposals in it are not launched. The reason says what the prior computed. A region the user
         fixed (a pool, caching off) is every proposal's: ``values`` are the tuned ones only."""
-        pool = float(values.get(POOL_PARAM) or 0)
-        caching = values.get("enable_prefix_caching", True) is not False
+        pool = float(self.space.value_of(self.space.roles.kv_pool, values) or 0)
+        caching = self.space.value_of(self.space.roles.prefix_caching, values, True) is not False
         if not pool and caching:
             return None
         p = self.predict(values)
@@ -162,7 +162,7 @@ class Prior:
                 f"{p['prefix_hit_if_caching']:.1%} of prompt tokens here (GPU KV {p['gpu_kv_tokens']:,} tokens, "
                 f"working set {p['working_set_tokens']:,} tokens)"
             )
-        checked = checked_by(study, pool_trial=bool(pool))
+        checked = checked_by(study, self.space, pool_trial=bool(pool))
         return None if checked is None else f"{why}, and trial {checked} already checked {region}"
 
     def enqueue(self, study: optuna.Study, scope: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
@@ -183,10 +183,6 @@ class Prior:
         return added
 
 
-def _values_of(p: Parameter) -> list[Any]:
-    return p.grid()
-
-
 def _defaults(space: SearchSpace) -> dict[str, Any]:
     """Each tunable parameter at vLLM's default, where the space names one."""
     return {n: p.default for n, p in space.tunable.items() if p.default is not None and p.condition is None}
@@ -202,23 +198,23 @@ def _tokenize(workload: Workload, model: str) -> tuple[list[list[int]], str]:
 
 
 Row = tuple[float, dict[str, Any], tuple[int, int, int]]
-DTYPE_PARAM = "kv_cache_dtype"
 
 
 def _rows(prior: Prior, setup: PriorInputs, base: dict[str, Any], kv_knobs: list[str]) -> list[Row]:
     """(predicted hits, values, capacity) of every memory setting: KV size x block size x KV dtype."""
-    tunable = prior.space.tunable
-    grid: list[tuple[str, list[Any]]] = [
-        (n, _values_of(tunable[n])) for n in (*kv_knobs[:1], "block_size", DTYPE_PARAM) if n in tunable
-    ]
+    space = prior.space
+    tunable = space.tunable
+    swept = (*kv_knobs[:1], space.roles.block_size, space.roles.kv_dtype)
+    grid: list[tuple[str, list[Any]]] = [(n, tunable[n].grid()) for n in swept if n in tunable]
     configs: list[dict[str, Any]] = [dict(base)]
     for name, options in grid:
         configs = [{**c, name: v} for c in configs for v in options]
+    pool, caching = space.roles.kv_pool, space.tunable_named(space.roles.prefix_caching)
     rows: list[Row] = []
     for values in configs:
-        values.pop(POOL_PARAM, None)
-        if "enable_prefix_caching" in tunable:
-            values["enable_prefix_caching"] = True
+        values.pop(pool or "", None)
+        if caching is not None:
+            values[caching[0]] = True
         if setup.fit_reasons(render_values(prior.space, values).args):
             continue
         cap = prior.capacity(values)
@@ -238,9 +234,11 @@ def build_prior(setup: PriorInputs) -> Prior:
     base = _defaults(setup.space)
     conc = peak_concurrency(setup.workload, getattr(setup, "arrival", None))
     prior.space, seq_lines, seqs = seqs_plan(prior.space, conc)
-    if seqs is not None:
-        base[SEQS_PARAM] = seqs
-    kv_knobs = [n for n in KV_PARAMS if n in tunable]
+    roles = setup.space.roles
+    seqs_name = roles.max_seqs
+    if seqs is not None and seqs_name is not None:
+        base[seqs_name] = seqs
+    kv_knobs = [n for n in (roles.gpu_share, roles.kv_bytes) if n in tunable]  # the first one is swept
     rows = _rows(prior, setup, base, kv_knobs)
     if not rows:
         prior.lines.append(
@@ -255,15 +253,18 @@ def build_prior(setup: PriorInputs) -> Prior:
         f"prefix cache serves {prior.bound(first_block):.1%} of them at block {first_block}; working set "
         f"{ch.distinct * first_block:,} tokens = {ch.distinct * first_block * per_token / GiB:.2f} GiB of KV"
     )
-    default_block = tunable["block_size"].default if "block_size" in tunable else None
-    default_dtype = tunable[DTYPE_PARAM].default if DTYPE_PARAM in tunable else None
+    default_block, default_dtype = (
+        _tuned_default(setup.space, roles.block_size),
+        _tuned_default(setup.space, roles.kv_dtype),
+    )
+    dtype = roles.kv_dtype or ""
     best_hit = max(r[0] for r in rows)
     # ties (within GAIN): the model's KV dtype first (fp8 changes numerics: only when it buys hits),
     # then vLLM's default block size, then the largest KV
     close = [r for r in rows if r[0] >= best_hit - GAIN]
     close.sort(
         key=lambda r: (
-            r[1].get(DTYPE_PARAM, default_dtype) == default_dtype,
+            r[1].get(dtype, default_dtype) == default_dtype,
             r[2][1] == default_block,
             r[2][0],
         ),
@@ -276,20 +277,20 @@ def build_prior(setup: PriorInputs) -> Prior:
         prior.candidates.append(dict(best))
     bound = prior.bound(block)
     prior.lines.append(
-        f"prior: best memory setting {_fmt(setup.space, best, [*kv_knobs, 'block_size', DTYPE_PARAM])}"
+        f"prior: best memory setting {_fmt(setup.space, best, _memory_names(setup.space, kv_knobs))}"
         + (" (vLLM's defaults: the baseline measures it)" if is_baseline and best else "")
         + f": KV cache {gpu:,} tokens, predicted prefix hits {hit:.1%} of prompt tokens (unlimited cache: {bound:.1%})"
     )
     prior.lines += _dtype_lines(prior, rows, best, default_dtype) + seq_lines
-    if SEQS_PARAM in tunable and (
+    if seqs_name in tunable and (
         held := kv_concurrency(gpu, [len(x) for x in prior._prompts], setup.workload)
     ):
         prior.lines.append(
             f"prior: that KV cache holds about {held:,} requests of the workload's mean length at once "
-            f"({SEQS_PARAM} above it adds concurrency only by preempting)"
+            f"({seqs_name} above it adds concurrency only by preempting)"
         )
-    if POOL_PARAM in tunable:
-        prior.space = _offload_plan(prior, tunable[POOL_PARAM], best, gpu, block, hit, ch.distinct * block)
+    if (pool := setup.space.tunable_named(roles.kv_pool)) is not None:
+        prior.space = _offload_plan(prior, pool, best, gpu, block, hit, ch.distinct * block)
     prior.lines.append(
         "prior: informed candidates after the baseline: "
         + (
@@ -300,16 +301,29 @@ def build_prior(setup: PriorInputs) -> Prior:
     return prior
 
 
+def _tuned_default(space: SearchSpace, name: str | None) -> Any:
+    """vLLM's default of parameter ``name`` when it is tuned (None: not tuned, or no default named)."""
+    found = space.tunable_named(name)
+    return found[1].default if found is not None else None
+
+
+def _memory_names(space: SearchSpace, kv_knobs: Sequence[str]) -> list[str]:
+    """The names of a memory setting: the KV knobs, the block size and the KV dtype."""
+    return [*kv_knobs, *(n for n in (space.roles.block_size, space.roles.kv_dtype) if n is not None)]
+
+
 def _dtype_lines(prior: Prior, rows: list[Row], best: dict[str, Any], default: Any) -> list[str]:
     """What the KV dtype does at the best memory setting: tokens held and predicted hits per dtype."""
-    if DTYPE_PARAM not in prior.space.tunable:
+    found = prior.space.tunable_named(prior.space.roles.kv_dtype)
+    if found is None:
         return []
-    same = [r for r in rows if all(r[1].get(k) == v for k, v in best.items() if k != DTYPE_PARAM)]
-    parts = [f"{r[1].get(DTYPE_PARAM)}: {r[2][0]:,} tokens, predicted hits {r[0]:.1%}" for r in same]
-    chosen = best.get(DTYPE_PARAM, default)
-    note = prior.space.parameters[DTYPE_PARAM].opt_in or ""
+    dtype, param = found
+    same = [r for r in rows if all(r[1].get(k) == v for k, v in best.items() if k != dtype)]
+    parts = [f"{r[1].get(dtype)}: {r[2][0]:,} tokens, predicted hits {r[0]:.1%}" for r in same]
+    chosen = best.get(dtype, default)
+    note = param.opt_in or ""
     return [
-        f"prior: {DTYPE_PARAM} at that setting: "
+        f"prior: {dtype} at that setting: "
         + "; ".join(parts)
         + (
             f"; {chosen} chosen: {note}"
@@ -320,10 +334,16 @@ def _dtype_lines(prior: Prior, rows: list[Row], best: dict[str, Any], default: A
 
 
 def _offload_plan(
-    prior: Prior, pool: Parameter, best: dict[str, Any], gpu: int, block: int, hit: float, working_tokens: int
+    prior: Prior,
+    named: tuple[str, Parameter],
+    best: dict[str, Any],
+    gpu: int,
+    block: int,
+    hit: float,
+    working_tokens: int,
 ) -> SearchSpace:
-    space = prior.space
-    sizes = sorted(float(c) for c in _values_of(pool) if float(c or 0) > 0)
+    space, (name, pool) = prior.space, named
+    sizes = sorted(float(c) for c in pool.grid() if float(c or 0) > 0)
     if not sizes:
         return space
     per_pool = [(s, prior.hit_share(block, max(gpu, _pool_tokens(prior, s, best)))) for s in sizes]
@@ -332,14 +352,14 @@ def _offload_plan(
     if top - hit >= GAIN:
         prior.offload_helps = True
         chosen = next(s for s, h in per_pool if h >= top - GAIN / 4)
-        prior.candidates.append({**best, POOL_PARAM: _as_choice(pool, chosen)})
+        prior.candidates.append({**best, name: _as_choice(pool, chosen)})
         prior.lines.append(
             f"prior: a host pool adds prefix hits: the working set ({working_tokens:,} tokens) exceeds the GPU KV "
             f"({gpu:,}); {chosen:g} GiB predicts {dict(per_pool)[chosen]:.1%} against {hit:.1%} on the GPU alone"
         )
     else:
         prior.offload_helps = False
-        prior.candidates.append({**best, POOL_PARAM: _as_choice(pool, sizes[0])})
+        prior.candidates.append({**best, name: _as_choice(pool, sizes[0])})
         prior.lines.append(
             f"prior: a host pool cannot add prefix hits (predicted {top:.1%} with the largest pool against {hit:.1%} "
             f"without): offload is measured once, as a check ({sizes[0]:g} GiB), and not launched again"
@@ -352,7 +372,7 @@ def _offload_plan(
                 f"choices {list(pool.choices)} -> {list(kept)}"
             )
             params = dict(space.parameters)
-            params[POOL_PARAM] = pool.model_copy(update={"choices": kept})
+            params[name] = pool.model_copy(update={"choices": kept})
             return space.model_copy(update={"parameters": params})
     return space
 

@@ -23,9 +23,8 @@ from autotune.bench import ArrivalSpec, plan_offsets
 from autotune.space import Parameter, SearchSpace
 from autotune.workload import Workload
 
-__all__ = ["MIN_STEP_S", "SEQS_PARAM", "Concurrency", "kv_concurrency", "peak_concurrency", "seqs_plan"]
+__all__ = ["MIN_STEP_S", "Concurrency", "kv_concurrency", "peak_concurrency", "seqs_plan"]
 
-SEQS_PARAM = "max_num_seqs"
 MIN_STEP_S = 0.005  # seconds a generated token takes at least (a lower bound on every GPU under load)
 
 
@@ -79,22 +78,21 @@ def kv_concurrency(kv_tokens: int, prompt_lengths: Sequence[int], workload: Work
 
 
 def seqs_plan(space: SearchSpace, conc: Concurrency | None) -> tuple[SearchSpace, list[str], Any]:
-    """``space`` without ``max-num-seqs`` values below the peak; the prior's lines; the value the
-    informed candidates use (None: vLLM's default is at or above the peak)."""
-    p = space.tunable.get(SEQS_PARAM)
-    if p is None or conc is None:
+    """``space`` without ``max-num-seqs`` values (the ``max_seqs`` parameter) below the peak; the
+    prior's lines; the value the informed candidates use (None: vLLM's default is at or above the peak)."""
+    found = space.tunable_named(space.roles.max_seqs)
+    if found is None or conc is None:
         return space, [], None
+    name, p = found
     lines = [f"prior: the workload's concurrency: {conc.how}"]
     new = _kept(p, conc.peak)
     if new == p:
         return space, lines, None
     before = list(p.choices) if p.choices else f"{p.low:g}..{p.high:g}"
     after = list(new.choices) if new.choices else f"{new.low:g}..{new.high:g}"
-    lines.append(
-        f"prior: {SEQS_PARAM} below {conc.peak} would queue requests by construction: {before} -> {after}"
-    )
+    lines.append(f"prior: {name} below {conc.peak} would queue requests by construction: {before} -> {after}")
     params = dict(space.parameters)
-    params[SEQS_PARAM] = new
+    params[name] = new
     floor = min(new.choices) if new.choices else int(new.low or 0)
     default = p.default if isinstance(p.default, int | float) else None
     return (

@@ -13,11 +13,11 @@ from typing import Any
 
 import optuna
 
+from autotune.space import SearchSpace
 from autotune.study import read_record
 
-__all__ = ["FAR_WORSE", "POOL_PARAM", "checked_by", "no_gain_reason"]
+__all__ = ["FAR_WORSE", "checked_by", "no_gain_reason"]
 
-POOL_PARAM = "cpu_swap_space_gb"
 FAR_WORSE = 0.25  # predicted prefix hits that prefix caching off (without a pool) gives up: checked once
 
 
@@ -40,15 +40,16 @@ def no_gain_reason(p: Mapping[str, Any], caching: bool) -> str:
     )
 
 
-def checked_by(study: optuna.Study, *, pool_trial: bool) -> int | None:
-    """The first measured trial in the region (offload on; or caching off without a pool), if any."""
+def checked_by(study: optuna.Study, space: SearchSpace, *, pool_trial: bool) -> int | None:
+    """The first measured trial in the region (offload on; or caching off without a pool), if any.
+    The parameters are found by role in ``space`` (trials store them under the space's names)."""
+    pool, caching = space.roles.kv_pool, space.roles.prefix_caching
     for t in study.get_trials(deepcopy=False):
         if t.state not in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED):
             continue
-        has_pool = bool(float(t.params.get(POOL_PARAM) or 0))
-        in_region = (
-            has_pool if pool_trial else (not has_pool and t.params.get("enable_prefix_caching") is False)
-        )
+        has_pool = pool is not None and bool(float(t.params.get(pool) or 0))
+        caching_off = caching is not None and t.params.get(caching) is False
+        in_region = has_pool if pool_trial else (not has_pool and caching_off)
         if in_region:
             rec = read_record(t)
             if rec.failure != "prior" and rec.duplicate_of is None:

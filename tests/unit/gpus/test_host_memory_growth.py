@@ -73,12 +73,9 @@ def test_the_user_can_state_the_real_size(tmp_path: Path, monkeypatch: pytest.Mo
     )
 
 
-def test_the_offload_cap_says_when_its_reading_may_undercount(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    (tmp_path / "s.yaml").write_text(SPACE)
-    space = load_search_space(tmp_path / "s.yaml")
-    facts = machine.MachineFacts(
+def _host_facts(growth: str) -> machine.MachineFacts:
+    """A host with 28 of 31 GiB available, no GPU and no swap."""
+    return machine.MachineFacts(
         gpus=(),
         host_total=31 * GiB,
         host_available=28 * GiB,
@@ -88,9 +85,38 @@ def test_the_offload_cap_says_when_its_reading_may_undercount(
         swap_out_bytes=0,
         shm_total=None,
         shm_free=None,
-        host_growth="memory is hot-plugged as it is used (virtio-mem)",
+        host_growth=growth,
     )
+
+
+def test_the_offload_cap_says_when_its_reading_may_undercount(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    (tmp_path / "s.yaml").write_text(SPACE)
+    space = load_search_space(tmp_path / "s.yaml")
+    facts = _host_facts("memory is hot-plugged as it is used (virtio-mem)")
     with caplog.at_level(logging.WARNING):
         clamped = clamp_space(space, facts, 0.65)
     assert clamped.parameters["kv_offloading_size"].choices == (0, 8)
     assert "may undercount (memory is hot-plugged" in caplog.text and HOST_MEMORY_ENV in caplog.text
+
+
+ASCEND_POOL = """
+name: renamed
+platform: ascend
+parameters:
+  host_pool:
+    role: kv_pool
+    type: categorical
+    choices: [0, 8, 64, 160]
+    json_flag: --kv-transfer-config
+    json_path: kv_connector_extra_config.cpu_swap_space_gb
+"""
+
+
+def test_the_host_clamp_finds_a_renamed_pool_by_its_role(tmp_path: Path) -> None:
+    """A pool that is neither called ``cpu_swap_space_gb`` nor renders ``--kv-offloading-size``
+    (vllm-ascend's connector field) is clamped by its role: the clamp knew the name by heart."""
+    (tmp_path / "s.yaml").write_text(ASCEND_POOL)
+    space = load_search_space(tmp_path / "s.yaml")
+    assert clamp_space(space, _host_facts(""), 0.65).parameters["host_pool"].choices == (0, 8)

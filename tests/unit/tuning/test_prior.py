@@ -341,3 +341,41 @@ def test_an_opted_in_fp8_kv_is_proposed_when_its_doubled_capacity_holds_the_work
     assert prior.predict({**prior.candidates[0], "cpu_swap_space_gb": 8})["pool_tokens"] == 2 * (
         8 * GiB // (128 * 1024)
     )
+
+
+RENAMED_SPACE = """
+name: renamed
+platform: cuda
+parameters:
+  memory_share: {role: gpu_share, type: categorical, choices: [0.3], flag: --gpu-memory-utilization}
+  kv_block: {role: block_size, type: categorical, choices: [16], flag: --block-size, default: 16}
+  caching: {role: prefix_caching, type: bool, flag: --enable-prefix-caching, default: true}
+  host_pool:
+    role: kv_pool
+    type: categorical
+    choices: [0, 8, 16, 64]
+    flag: --kv-offloading-size
+    off_value: 0
+"""
+
+
+def test_a_space_that_renames_its_parameters_keeps_the_priors_pool_candidates_and_vetoes(
+    tmp_path: Path,
+) -> None:
+    """The prior finds the pool, the block size and prefix caching by role (it knew the names
+    ``cpu_swap_space_gb``, ``block_size``, ... by heart, so a renamed space got no pool candidate)."""
+    prior = build_prior(_gpu_inputs(tmp_path, docs=60, space=RENAMED_SPACE))
+    assert prior.offload_helps is True
+    assert [c.get("host_pool") for c in prior.candidates] == [None, 8]
+    assert prior.space.parameters["host_pool"].choices == (0, 8)
+    (tmp_path / "fits").mkdir()
+    fits = build_prior(_gpu_inputs(tmp_path / "fits", docs=8, space=RENAMED_SPACE))
+    study = optuna.create_study()
+    study.enqueue_trial({"host_pool": 8})
+    t = study.ask({"host_pool": optuna.distributions.CategoricalDistribution((0, 8, 16, 64))})
+    write_record(t, TrialRecord(status=TrialStatus.OK))
+    study.tell(t, 1.0)
+    why = fits.veto(study, {"memory_share": 0.3, "kv_block": 16, "host_pool": 16})
+    assert why is not None and "trial 0 already checked offload" in why
+    off = {"memory_share": 0.3, "kv_block": 16, "caching": False, "host_pool": 0}
+    assert fits.predict(off)["prefix_hit_gpu"] == 0.0  # caching off, by role
