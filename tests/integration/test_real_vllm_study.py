@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
+from autotune.engine import FLOAT32_KV_SCALE, serves_float32
 from autotune.export import export_best
 from tests.conftest import RealStudy
 
@@ -56,11 +57,12 @@ def test_three_trial_study_on_real_vllm_exports_a_config_vllm_accepts(
     best, _ = export_best(study, out=target)  # the measured command: fixed flags come with it
     parsed = checker.check(["--config", str(target)])
     assert parsed.ok, parsed.error
+    kv_scale = FLOAT32_KV_SCALE if serves_float32() else 1  # the launched (float32) command's size
     assert parsed.args["model"] == str(real_study.model)
     assert parsed.args["enforce_eager"] is True and parsed.args["max_model_len"] == 1024
     for name, value in best.params.items():
         got = parsed.args[name]
-        want = value * 2**20 if name == "kv_cache_memory_bytes" else value
+        want = value * 2**20 * kv_scale if name == "kv_cache_memory_bytes" else value
         assert got == want, (name, got, want)
 
     # Every tuned value of every trial vLLM ran arrives too (not just the best one).
@@ -72,6 +74,6 @@ def test_three_trial_study_on_real_vllm_exports_a_config_vllm_accepts(
         assert got["block_size"] == t.params["block_size"]
         assert got["max_num_batched_tokens"] == t.params["max_num_batched_tokens"]
         assert got["enable_prefix_caching"] is t.params["enable_prefix_caching"]
-        assert got["kv_cache_memory_bytes"] == t.params["kv_cache_memory_bytes"] * 2**20
+        assert got["kv_cache_memory_bytes"] == t.params["kv_cache_memory_bytes"] * 2**20 * kv_scale
         if not t.params["enable_prefix_caching"]:
             assert data.get("no-enable-prefix-caching") is True and "enable-prefix-caching" not in data

@@ -50,6 +50,8 @@ def test_a_group_trial_measures_every_model_and_scores_the_group(
 ) -> None:
     monkeypatch.setenv(MARK_ENV, mark)
     monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND", raising=False)
+    # a bfloat16-capable CPU, so the sizes are the split's as given (float32's doubling has its own tests)
+    monkeypatch.setenv("AUTOTUNE_CPU_FLAGS", "avx2 avx512f avx512_bf16")
     group = load_group_file(_group_file(tmp_path, models))
     assert group is not None
     with build_group(group, FLAGS) as setup:
