@@ -41,13 +41,23 @@ def nightly(spec: StudySpec) -> None:
     line names the budget the plan needs); 1 other error; when the promoted config was
     exported but --on-promote failed, the hook's own exit code (128+N: killed by signal N).
     """
-    from autotune.nightly import NightOptions, process_start, run_night, write_night_reports
+    from autotune.nightly import (
+        NightOptions,
+        bound_night_replay,
+        process_start,
+        run_night,
+        write_night_reports,
+    )
     from autotune.tuning import StudyLock, build_setup, check_study_name, plan_baseline
 
     started = process_start()  # the budget is wall time for the whole night, from here
     if spec.study is None:
         raise ConfigError("nightly: --study is required (fix: the name the nights of one deployment share)")
     name = check_study_name(spec.study)
+    bounded = bound_night_replay(spec)  # a traffic folder: yesterday's files, a run's replay <= 10% budget
+    spec = bounded.spec
+    if bounded.line:
+        console.print(bounded.line, soft_wrap=True, markup=False)
     with build_setup(spec) as setup, StudyLock(spec.storage, name, spec.studies_dir):
         setup.check_fixed_flags()
         plan = plan_baseline(setup)

@@ -10,6 +10,12 @@ memory balloon giving pages back): the lent two-GPU H200 machine read 31 GiB Mem
 for 256 GiB. The facts then carry :attr:`MachineFacts.host_growth`, one sentence saying so, for
 whoever derives a limit (the offload-pool cap) from the reading; ``$AUTOTUNE_HOST_MEMORY_GIB``
 states the real size instead (it only ever raises the reading).
+
+In a container with a memory limit (a Kubernetes pod's ``resources.limits.memory``, ``docker run
+--memory``) the limit is what the kernel's OOM killer enforces, not the node's MemTotal: the host
+reading is the cgroup's limit and what is left under it (cgroup v2 ``memory.max`` and
+``memory.current``, or v1 ``memory.limit_in_bytes`` and ``memory.usage_in_bytes``), where it is the
+smaller. So ``host_share`` of a pod limited to 64 GiB is a share of 64 GiB, on any node.
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ _SHM = "/dev/shm"
 _NODE0_MEMINFO = "/sys/devices/system/node/node0/meminfo"
 _MEMORY_BLOCKS = "/sys/devices/system/memory"
 _VIRTIO_MEM = "/sys/bus/virtio/drivers/virtio_mem"
+_CGROUP = "/sys/fs/cgroup"
 HOST_MEMORY_ENV = "AUTOTUNE_HOST_MEMORY_GIB"  # the host's real memory, where MemTotal reads low
 _first_host_total: list[int] = []  # the first MemTotal this process read: growth since is reported
 
@@ -149,8 +156,10 @@ class SystemProbe:
         node_meminfo: str = _NODE0_MEMINFO,
         memory_blocks: str = _MEMORY_BLOCKS,
         virtio_mem: str = _VIRTIO_MEM,
+        cgroup: str = _CGROUP,
     ) -> None:
         self._shm_path = shm_path
+        self._cgroup = cgroup
         self._node_meminfo = node_meminfo
         self._memory_blocks = memory_blocks
         self._virtio_mem = virtio_mem
@@ -202,6 +211,9 @@ class SystemProbe:
         if stated is not None and stated > total:  # a VM whose MemTotal undercounts: the user says how much
             available += stated - total
             total = stated
+        limit = cgroup_memory_limit(Path(self._cgroup))
+        if limit is not None and limit[0] < total:  # a container's limit: what the OOM killer enforces
+            total, available = limit[0], min(available, max(0, limit[0] - limit[1]))
         return total, available
 
     def node_memory(self) -> tuple[int, int] | None:
@@ -382,3 +394,25 @@ def read_machine_facts(probe: MachineProbe | None = None) -> MachineFacts:
         notes=tuple(notes),
         host_growth=growth,
     )
+
+
+def _read_int(path: Path) -> int | None:
+    try:
+        text = path.read_text().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None  # cgroup v2 says "max" for no limit
+
+
+def cgroup_memory_limit(root: Path) -> tuple[int, int] | None:
+    """(limit, usage) in bytes of this process's memory cgroup, or None without a limit: cgroup v2
+    (``memory.max``, ``memory.current``), else v1 (``memory/memory.limit_in_bytes``, whose "no limit"
+    is a huge number, and ``memory/memory.usage_in_bytes``)."""
+    for limit_file, usage_file in (
+        ("memory.max", "memory.current"),
+        ("memory/memory.limit_in_bytes", "memory/memory.usage_in_bytes"),
+    ):
+        limit = _read_int(root / limit_file)
+        if limit is not None and limit < 2**60:  # v1's unlimited is 2**63 rounded to pages
+            return limit, _read_int(root / usage_file) or 0
+    return None

@@ -8,6 +8,7 @@ from autotune.nightly._history import NIGHT_ATTR, NightRecord, last_night, night
 from autotune.nightly._night import NightOptions, run_night
 from autotune.nightly._plan import process_start
 from autotune.nightly._promote import PromoteResult, keep_promoted, promoted_history, rollback, run_on_promote
+from autotune.nightly._replay_bound import bound_night_replay
 from autotune.nightly._reports import HistoryTable, history_table, write_night_reports
 
 __all__ = [
@@ -16,6 +17,7 @@ __all__ = [
     "NightOptions",
     "NightRecord",
     "PromoteResult",
+    "bound_night_replay",
     "describe_changes",
     "fingerprints",
     "history_table",

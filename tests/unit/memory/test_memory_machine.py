@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 from autotune.memory import DiskSpace, GiB, MachineProbe, SwapReading, SystemProbe, read_machine_facts
 
@@ -78,3 +79,25 @@ def test_tree_rss_counts_children_and_tolerates_a_gone_process():
         child.kill()
         child.wait()
     assert probe.tree_rss(child.pid) == 0
+
+
+def test_a_containers_memory_limit_is_the_host_memory_the_pool_is_cut_from(tmp_path: Path) -> None:
+    """A pod limited below its node's memory: the OOM killer acts at the limit, so the host reading
+    (and the offload pool's --host-share of it) is the limit and what is left under it."""
+    v2 = tmp_path / "v2"
+    v2.mkdir()
+    (v2 / "memory.max").write_text(f"{4 * 2**30}\n")
+    (v2 / "memory.current").write_text(f"{1 * 2**30}\n")
+    node_total, _ = SystemProbe(cgroup=str(tmp_path / "none")).host_memory()
+    assert node_total > 4 * 2**30  # every machine this runs on (2-core, 24 GiB CI hosts included)
+    total, available = SystemProbe(cgroup=str(v2)).host_memory()
+    assert total == 4 * 2**30 and 0 < available <= 3 * 2**30
+    (v2 / "memory.max").write_text("max\n")  # cgroup v2 without a limit: the node's memory
+    assert SystemProbe(cgroup=str(v2)).host_memory()[0] == node_total
+    v1 = tmp_path / "v1" / "memory"
+    v1.mkdir(parents=True)
+    (v1 / "memory.limit_in_bytes").write_text("9223372036854771712\n")  # v1's "no limit"
+    assert SystemProbe(cgroup=str(tmp_path / "v1")).host_memory()[0] == node_total
+    (v1 / "memory.limit_in_bytes").write_text(f"{2 * 2**30}\n")
+    (v1 / "memory.usage_in_bytes").write_text(f"{3 * 2**30}\n")  # over (page cache): nothing left
+    assert SystemProbe(cgroup=str(tmp_path / "v1")).host_memory() == (2 * 2**30, 0)
