@@ -19,7 +19,14 @@ import yaml
 from autotune.errors import ExportError
 from autotune.export._yaml import ExportedConfig, build_export, config_to_argv, typed_value, write_export
 from autotune.space import flag_pairs
-from autotune.study import TrialRecord, baseline_trial, best_feasible, failure_summary, read_record
+from autotune.study import (
+    TrialRecord,
+    baseline_trial,
+    best_feasible,
+    failure_summary,
+    figure_text,
+    read_record,
+)
 
 __all__ = [
     "export_best",
@@ -90,7 +97,7 @@ def _header(study: optuna.Study, best: optuna.trial.FrozenTrial, rec: TrialRecor
         f"study {study.study_name!r}, trial {best.number}"
         + (" (the baseline was best)" if rec.baseline else "")
         + (f"; engine {rec.engine}" if rec.engine else ""),
-        f"{metric}: {best.value:.4g}",
+        f"{metric}: {figure_text(best.value, metric)}",
     ]
     base = baseline_trial(study)
     if base is None:
@@ -104,7 +111,7 @@ def _header(study: optuna.Study, best: optuna.trial.FrozenTrial, rec: TrialRecor
             if brec.reference
             else "vLLM defaults"
         )
-        lines.append(f"baseline ({what}; trial {base.number}) {metric}: {base.value:.4g}")
+        lines.append(f"baseline ({what}; trial {base.number}) {metric}: {figure_text(base.value, metric)}")
     if rec.figures is not None:
         f = rec.figures
         lines.append(

@@ -11,7 +11,7 @@ from typing import Any
 import optuna
 
 from autotune.nightly._history import NIGHT_ATTR
-from autotune.study import BASELINE_ATTR, constraints_hold, read_record
+from autotune.study import BASELINE_ATTR, constraints_hold, figure_text, read_record
 
 __all__ = ["Candidate", "candidates_of", "no_candidate_reason", "worse_reason"]
 
@@ -96,5 +96,6 @@ def no_candidate_reason(cands: Sequence[Candidate], incumbent_args: Sequence[str
 def worse_reason(best: Candidate, n_feasible: int, metric: str, incumbent: float) -> str:
     return (
         f"every candidate was worse: the best of {n_feasible} feasible, trial #{best.number}, "
-        f"measured {metric} {best.value:.4g} against the incumbent's {incumbent:.4g} tonight"
+        f"measured {metric} {figure_text(best.value, metric)} against the incumbent's "
+        f"{figure_text(incumbent, metric)} tonight"
     )

@@ -165,7 +165,7 @@ def _decide(n: _Night, cands: list[Candidate], why_none: str) -> _Decision:
     if not n.clock.can_start(2):
         return _Decision(
             "kept",
-            f"not confirmed: trial #{best.number} looked better ({n.metric} {best.value:.4g}) but the "
+            f"not confirmed: trial #{best.number} looked better ({n.metric} {figure_text(best.value, n.metric)}) but the "
             f"promotion check (2 runs at least) no longer fit in the budget",
         )
     return _confirm(n, best)

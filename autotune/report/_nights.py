@@ -11,25 +11,11 @@ from typing import Any
 import optuna
 
 from autotune.report._html import Cell, esc, table_html
+from autotune.study import figure_text, unit
 
 __all__ = ["figure_text", "night_html", "nights_html", "nights_of", "unit"]
 
 _PREFIX = "night:"
-
-
-def unit(metric: str) -> str:
-    """The unit a figure is in: ms for latencies, tok/s or req/s for rates."""
-    if metric.endswith("throughput"):
-        return "tok/s"
-    return "req/s" if metric == "goodput" else "ms"
-
-
-def figure_text(value: float, metric: str) -> str:
-    """A figure with its unit, never in exponent form: ``63.4 ms``, ``200.3 s`` (not ``2.003e+05``)."""
-    u = unit(metric)
-    if u == "ms" and abs(value) >= 10_000:
-        value, u = value / 1000, "s"
-    return f"{value:.1f} {u}" if abs(value) >= 10 else f"{value:.3g} {u}"
 
 
 def nights_of(study: optuna.Study) -> list[Mapping[str, Any]]:

@@ -57,6 +57,7 @@ from autotune.study._trust import (
     choose_export,
     export_costs,
 )
+from autotune.study._units import figure_text, unit
 
 __all__ = [
     "BASELINE_ATTR",
@@ -97,6 +98,7 @@ __all__ = [
     "export_costs",
     "fail_orphaned_trials",
     "failure_summary",
+    "figure_text",
     "group_score",
     "in_scope",
     "load_or_create",
@@ -116,5 +118,6 @@ __all__ = [
     "suggest_member",
     "suggest_split",
     "suggest_values",
+    "unit",
     "write_record",
 ]

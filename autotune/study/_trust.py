@@ -26,6 +26,7 @@ import optuna
 from autotune.study._baseline import baseline_trial
 from autotune.study._best import completed_trials
 from autotune.study._record import TrialRecord, constraints_hold, read_record
+from autotune.study._units import figure_text
 
 __all__ = ["COST_BAND", "COST_FIGURES", "ExportChoice", "PassedOver", "choose_export", "export_costs"]
 
@@ -70,7 +71,10 @@ class ExportChoice:
     ) -> list[str]:
         """What the summary and the export's header say about the choice (empty: the best, trusted);
         ``then``: what becomes of a doubtful best kept (the re-measurement to come, or its verdict)."""
-        out = [f"passed over trial {p.number} ({metric} {p.value:.4g}): {p.why}" for p in self.passed_over]
+        out = [
+            f"passed over trial {p.number} ({metric} {figure_text(p.value, metric)}): {p.why}"
+            for p in self.passed_over
+        ]
         if out and self.trial is not None:
             out[-1] += f"; exporting trial {self.trial.number} instead"
         if self.trial is not None and not self.trusted:

@@ -35,7 +35,7 @@ def test_a_renamed_space_keeps_the_priors_candidate_and_the_host_clamp_on_real_v
     args = [
         "run", "--workload", str(real_rag_workload(tmp_path / "rag.jsonl")), "--model", str(tiny_model),
         "--space", str(tmp_path / "space.yaml"), "--study", "renamed", "--studies-dir", str(tmp_path / "s"),
-        "--n-trials", "3", "--confirm-rounds", "0", "--passes", "1", "--no-prune",
+        "--n-trials", "2", "--confirm-rounds", "0", "--passes", "1", "--no-prune",  # the baseline, the prior's pick
         "--engine-arg=--enforce-eager", "--engine-arg=--max-model-len=1024",
         "--baseline-arg=--kv-cache-memory-bytes=32M",  # vLLM's default (0.92 of host RAM) may not fit beside others
     ]  # fmt: skip

@@ -66,7 +66,7 @@ def test_a_best_whose_passes_spread_beyond_its_lead_is_passed_over_and_the_summa
     assert choice.trial is not None and choice.trial.number == 1 and choice.trusted
     (line,) = choice.lines("ttft_p90")
     assert line.startswith(
-        "passed over trial 2 (ttft_p90 1.08e+04): its passes spread ±20%, more than its 8.1% lead"
+        "passed over trial 2 (ttft_p90 10.8 s): its passes spread ±20%, more than its 8.1% lead"
     )
     assert line.endswith("exporting trial 1 instead")
 
@@ -114,7 +114,11 @@ def test_the_costs_beyond_the_noise_are_named_with_their_ratio_in_the_summary_an
     assert "output throughput 0.83x (70.0 -> 58.3 tok/s)" in costs and "TTFT" not in costs.split(": ", 1)[1]
     assert export_costs(st, st.trials[0], "ttft_p90") is None  # the baseline costs nothing against itself
     export_best(st, out=tmp_path / "best.yaml", trial=best, notes=[costs])
-    assert f"# {costs}" in (tmp_path / "best.yaml").read_text()
+    header = (tmp_path / "best.yaml").read_text()
+    assert f"# {costs}" in header
+    # figures with their units, never in exponent form (2.003e+05 with no unit, before)
+    assert f"# ttft_p90: {best.value / 1000:.1f} s" in header or f"# ttft_p90: {best.value:.1f} ms" in header
+    assert "e+0" not in header
     assert "no figure got worse" in (export_costs(st, st.trials[1], "ttft_p90") or "")
 
 

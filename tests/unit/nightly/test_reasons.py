@@ -59,8 +59,8 @@ def test_the_reason_names_what_ran_and_why_none_could_challenge() -> None:
     assert "no candidate other than the incumbent" not in text
     best = _cand(5, "ok", feasible=True)
     assert worse_reason(best, 3, "ttft_p90", 35.0) == (
-        "every candidate was worse: the best of 3 feasible, trial #5, measured ttft_p90 40 "
-        "against the incumbent's 35 tonight"
+        "every candidate was worse: the best of 3 feasible, trial #5, measured ttft_p90 40.0 ms "
+        "against the incumbent's 35.0 ms tonight"
     )
 
 
