@@ -15,7 +15,7 @@ import optuna
 from autotune.errors import AutotuneError, StudyNotFoundError
 from autotune.nightly._fingerprint import model_tokenizer
 from autotune.nightly._history import NightRecord, figure_range, nights, save_night
-from autotune.report import write_nightly_index, write_study_report
+from autotune.report import write_nightly_index, write_plotly_js, write_study_report
 from autotune.space import flag_pairs
 from autotune.study import open_storage, redact_url, resolve_storage_url
 from autotune.tuning import TuningSetup
@@ -55,6 +55,7 @@ def index_rows(study: optuna.Study) -> list[dict[str, Any]]:
             "promoted": n.decision == "promoted",
             "regression": n.regression,
             "fingerprint_changes": [*n.workload_changes, *n.changes],
+            "workload_changes": list(n.workload_changes),
             "report_path": n.report,
             "reason": f"{n.decision}: {n.reason}",
             "trials": n.trials,
@@ -70,6 +71,11 @@ def write_night_reports(
     saved again with its report's path. A report that cannot be written is logged, never a failed
     night: the decision and the export are already made. Returns (record, report, index)."""
     report: Path | None = None
+    shared: str | None = None  # one plotly.min.js for all nights' pages, not 4.8 MB inline per night
+    try:
+        shared = write_plotly_js(sdir).name
+    except OSError as exc:
+        log.warning("plotly.min.js was not written beside the reports (inlined instead): %s", exc)
     try:
         wl = night_workload_facts(setup, record)
         report = write_study_report(
@@ -79,6 +85,7 @@ def write_night_reports(
             fingerprints=record.fingerprints,
             timings_dir=sdir,
             night=record.number,
+            plotly_src=None if shared is None else f"../{shared}",
         )
         record = replace(record, report=str(report))
         save_night(study, record)
@@ -86,7 +93,7 @@ def write_night_reports(
         log.warning("night %d: its report was not written: %s: %s", record.number, type(exc).__name__, exc)
     index: Path | None = None
     try:
-        index = write_nightly_index(index_rows(study), sdir / "nights.html")
+        index = write_nightly_index(index_rows(study), sdir / "nights.html", plotly_src=shared)
     except (OSError, ValueError) as exc:
         log.warning("the index of nights was not written: %s: %s", type(exc).__name__, exc)
     return record, report, index

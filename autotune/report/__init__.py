@@ -1,14 +1,23 @@
 """Self-contained HTML reports: one per study, and an index across nightly runs.
 
-Each report is one file that opens offline (plotly.js embedded, no font or script from the
-network). Reads studies through :mod:`autotune.study`'s typed records and per-request timings
+Each report opens offline (plotly.js embedded, or, for the nights of one study, one shared
+``plotly.min.js`` beside them; no font or script from the network). Reads studies through :mod:`autotune.study`'s typed records and per-request timings
 through :mod:`autotune.tuning`; writes only the file it is asked to write.
 """
 
 from __future__ import annotations
 
+from autotune.report._html import PLOTLY_JS, write_plotly_js
 from autotune.report._nightly import Night, write_nightly_index
 from autotune.report._nights import figure_text
 from autotune.report._study import render_study_report, write_study_report
 
-__all__ = ["Night", "figure_text", "render_study_report", "write_nightly_index", "write_study_report"]
+__all__ = [
+    "PLOTLY_JS",
+    "Night",
+    "figure_text",
+    "render_study_report",
+    "write_nightly_index",
+    "write_plotly_js",
+    "write_study_report",
+]

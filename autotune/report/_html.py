@@ -1,8 +1,10 @@
-"""One self-contained HTML page: plotly.js inline, system fonts, a sortable table, no URL to fetch.
+"""One HTML page that opens offline: plotly.js inline or beside it, system fonts, a sortable table.
 
 The page must open offline (on a laptop, from a CI artifact, years later): nothing in it refers
 to a network resource. plotly.js is embedded once in the head (``plotly.offline.get_plotlyjs``,
 what ``include_plotlyjs=True`` embeds) and each figure is a ``<div>`` plus its ``newPlot`` call.
+Pages written night after night into one folder share one ``plotly.min.js`` beside them instead
+(:func:`write_plotly_js`; 4.8 MB once, not per night), referred to by a relative path.
 """
 
 from __future__ import annotations
@@ -19,7 +21,17 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import plotly.graph_objects as go
 
-__all__ = ["Cell", "Section", "esc", "figure_html", "page", "table_html", "write_html"]
+__all__ = [
+    "PLOTLY_JS",
+    "Cell",
+    "Section",
+    "esc",
+    "figure_html",
+    "page",
+    "table_html",
+    "write_html",
+    "write_plotly_js",
+]
 
 # Plotly's mode bar without the links to plotly's site; images are saved from the page itself.
 _PLOT_CONFIG: dict[str, Any] = {"displaylogo": False, "responsive": True}
@@ -136,10 +148,33 @@ def figure_html(fig: go.Figure, div_id: str) -> str:
     return f'<div class="plot">{body}</div>'
 
 
-def page(title: str, subtitle: str, sections: Sequence[Section], *, plots: bool) -> str:
-    """The whole document; plotly.js is embedded only when some section draws a plot."""
+PLOTLY_JS = "plotly.min.js"
+
+
+def write_plotly_js(folder: Path) -> Path:
+    """plotly.js as one file in ``folder`` (:data:`PLOTLY_JS`), for the pages written beside it;
+    rewritten only when the installed plotly's differs."""
+    from plotly.offline import get_plotlyjs
+
+    path = Path(folder) / PLOTLY_JS
+    js = get_plotlyjs()
+    try:
+        if path.stat().st_size == len(js.encode()) and path.read_text(encoding="utf-8") == js:
+            return path
+    except OSError:
+        pass
+    return write_html(js, path)
+
+
+def page(
+    title: str, subtitle: str, sections: Sequence[Section], *, plots: bool, plotly_src: str | None = None
+) -> str:
+    """The whole document; plotly.js only when some section draws a plot: embedded, or from
+    ``plotly_src`` (a relative path to :func:`write_plotly_js`'s file)."""
     head_js = ""
-    if plots:
+    if plots and plotly_src is not None:
+        head_js = f'<script type="text/javascript" src="{esc(plotly_src)}"></script>'
+    elif plots:
         from plotly.offline import get_plotlyjs
 
         head_js = f'<script type="text/javascript">{get_plotlyjs()}</script>'

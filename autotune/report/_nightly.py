@@ -45,6 +45,7 @@ class Night:
     objective: str | None = None
     reason: str | None = None
     trials: int | None = None  # the trials the study holds for this night
+    workload_changes: tuple[str, ...] = ()  # how tonight's workload differs from last night's
 
     @classmethod
     def from_mapping(cls, night: Mapping[str, Any], index: int) -> Night:
@@ -78,12 +79,16 @@ class Night:
             objective=night.get("objective"),
             reason=night.get("reason"),
             trials=None if night.get("trials") is None else int(night["trials"]),
+            workload_changes=tuple(str(c) for c in night.get("workload_changes") or ()),
         )
 
 
-def write_nightly_index(nights: Sequence[Mapping[str, Any]], path: Path) -> Path:
-    """Write the index of ``nights`` (oldest first, as given) to ``path``: one self-contained HTML
-    file; links to each night's report are relative to the index, so the folder can move."""
+def write_nightly_index(
+    nights: Sequence[Mapping[str, Any]], path: Path, *, plotly_src: str | None = None
+) -> Path:
+    """Write the index of ``nights`` (oldest first, as given) to ``path``: one HTML file that opens
+    offline (plotly.js inline, or from ``plotly_src``, a relative path to a shared copy); links to
+    each night's report are relative to the index, so the folder can move."""
     path = Path(path)
     parsed = [Night.from_mapping(n, i) for i, n in enumerate(nights)]
     objective = next((n.objective for n in reversed(parsed) if n.objective), None) or "objective"
@@ -95,7 +100,8 @@ def write_nightly_index(nights: Sequence[Mapping[str, Any]], path: Path) -> Path
         f"{len(parsed)} night(s), {sum(n.promoted for n in parsed)} promotion(s), "
         f"{sum(n.regression for n in parsed)} regression(s)"
     )
-    return write_html(page("autotune nightly index", subtitle, sections, plots=_drawable(parsed)), path)
+    text = page("autotune nightly index", subtitle, sections, plots=_drawable(parsed), plotly_src=plotly_src)
+    return write_html(text, path)
 
 
 def _drawable(nights: Sequence[Night]) -> bool:
@@ -107,32 +113,45 @@ def _trend(nights: Sequence[Night], objective: str) -> str:
         return "<p class='note'>No night has run yet.</p>"
     if not _drawable(nights):
         return "<p class='note'>Not shown: no night measured its incumbent.</p>"
-    dates = [_x(n.date) for n in nights]
     fig = go.Figure()
-    band = [n for n in nights if n.low is not None and n.high is not None]
-    if band:
+    segments = _segments(nights)
+    for i, seg in enumerate(segments):  # one line per workload: a change is not an improvement
+        suffix = "" if i == 0 else f" (workload {i + 1})"
+        band = [n for n in seg if n.low is not None and n.high is not None]
+        if band:
+            fig.add_trace(
+                go.Scatter(
+                    x=[_x(n.date) for n in band] + [_x(n.date) for n in reversed(band)],
+                    y=[n.high for n in band] + [n.low for n in reversed(band)],
+                    fill="toself",
+                    fillcolor="rgba(31,119,180,0.15)",
+                    line={"width": 0},
+                    name="noise band (min-max of the night)" + suffix,
+                    showlegend=i == 0,
+                    hoverinfo="skip",
+                )
+            )
         fig.add_trace(
             go.Scatter(
-                x=[_x(n.date) for n in band] + [_x(n.date) for n in reversed(band)],
-                y=[n.high for n in band] + [n.low for n in reversed(band)],
-                fill="toself",
-                fillcolor="rgba(31,119,180,0.15)",
-                line={"width": 0},
-                name="noise band (min-max of the night)",
-                hoverinfo="skip",
+                x=[_x(n.date) for n in seg],
+                y=[n.median for n in seg],
+                mode="lines+markers",
+                name="incumbent median" + suffix,
+                showlegend=i == 0,
+                line={"color": "#1f77b4"},
+                text=[_hover(n) for n in seg],
+                hovertemplate="%{x}: %{y:.4g}<br>%{text}<extra></extra>",
             )
         )
-    fig.add_trace(
-        go.Scatter(
-            x=dates,
-            y=[n.median for n in nights],
-            mode="lines+markers",
-            name="incumbent median",
-            line={"color": "#1f77b4"},
-            text=[_hover(n) for n in nights],
-            hovertemplate="%{x}: %{y:.4g}<br>%{text}<extra></extra>",
-        )
-    )
+        if i > 0:  # the break, named where it happens
+            x = _x(seg[0].date)
+            fig.add_shape(
+                type="line", x0=x, x1=x, yref="paper", y0=0, y1=1, line={"dash": "dot", "color": "#888"}
+            )
+            fig.add_annotation(
+                x=x, yref="paper", y=1, yanchor="bottom", showarrow=False, font={"size": 11},
+                text="workload changed: " + "; ".join(seg[0].workload_changes)[:80],
+            )  # fmt: skip
     for flag, name, color, symbol in (
         ("promoted", "promotion", "#2ca02c", "triangle-up"),
         ("regression", "regression", "#d62728", "x"),
@@ -158,6 +177,16 @@ def _trend(nights: Sequence[Night], objective: str) -> str:
         margin={"l": 60, "r": 20, "t": 50, "b": 50},
     )
     return figure_html(fig, "plot-nightly")
+
+
+def _segments(nights: Sequence[Night]) -> list[list[Night]]:
+    """The nights cut where the workload changed: each part is one workload's line."""
+    parts: list[list[Night]] = []
+    for n in nights:
+        if not parts or n.workload_changes:
+            parts.append([])
+        parts[-1].append(n)
+    return parts
 
 
 def _x(date: str) -> str:

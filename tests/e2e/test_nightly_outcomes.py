@@ -90,3 +90,19 @@ def test_report_study_works_after_a_night_and_shows_it(night: Night) -> None:
     page = target.read_text()
     for shown in ("Night 1", "Plan", "re-measurement", "Candidates", "no candidate ran: --max-trials 0"):
         assert shown in page, shown
+
+
+def test_the_nights_pages_share_one_plotly_js_beside_them(night: Night) -> None:
+    """Each night's report and the index load plotly.js from one file in the study's folder (still
+    offline) instead of carrying its 4.8 MB each."""
+    sdir = night.dir / "studies" / "prod"
+    shared = sdir / "plotly.min.js"
+    assert shared.stat().st_size > 1_000_000
+    pages = [sdir / "nights.html", *sorted(sdir.glob("night-*/report.html"))]
+    assert len(pages) == 2, pages
+    for page in pages:
+        text = page.read_text()
+        assert page.stat().st_size < 500_000, (page, page.stat().st_size)  # no plotly.js inline
+        src = re.findall(r'<script type="text/javascript" src="([^"]+)"></script>', text)
+        if 'class="plot"' in text:  # a page that draws loads the shared copy, by a relative path
+            assert src and (page.parent / src[0]).resolve() == shared.resolve(), (page, src)

@@ -118,3 +118,18 @@ def test_a_night_without_a_date_is_refused_by_name(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"night record 1 has no 'date' \(keys: promoted\)"):
         write_nightly_index([NIGHTS[0], {"promoted": True}], tmp_path / "index.html")
     assert not (tmp_path / "index.html").exists()
+
+
+def test_the_trend_breaks_where_the_workload_changed_and_names_the_change(tmp_path: Path) -> None:
+    """A new day's traffic is another workload: its incumbent is not drawn on the same line (a lower
+    figure on easier traffic would read as an improvement), and the break says what changed."""
+    changed = dict(
+        NIGHTS[2], regression=False, workload_changes=["requests 240 -> 96", "prefix reuse 0.82 -> 0.11"]
+    )
+    page = write_nightly_index([NIGHTS[0], NIGHTS[1], changed], tmp_path / "index.html").read_text()
+    plot = page[page.index('id="plot-nightly"') :]
+    assert _trace(plot, "incumbent median") == (["2026-11-27", "2026-11-28"], [420.0, 300.0])
+    assert _trace(plot, "incumbent median (workload 2)") == (["2026-11-29"], [390.0])
+    assert _trace(plot, "noise band (min-max of the night)")[1] == [445.0, 315.0, 290.0, 400.0]
+    # plotly.js's JSON escapes ">" as \u003e
+    assert "workload changed: requests 240 -\\u003e 96; prefix reuse 0.82 -\\u003e 0.11" in plot
