@@ -19,7 +19,7 @@ from typing import Any
 import optuna
 import psutil
 
-from autotune.study import TrialRecord, read_record
+from autotune.study import TrialRecord, completed_trials, read_record
 
 __all__ = [
     "DEFAULT_RUN_S",
@@ -85,8 +85,7 @@ def measured_run_cost(study: optuna.Study, earlier: Sequence[Mapping[str, Any]] 
     costs = [float(c) for night in earlier for c in (night.get("run_costs") or ())]
     if costs:
         return costs[-20:]
-    done = optuna.trial.TrialState.COMPLETE
-    for t in study.get_trials(deepcopy=False, states=(done,)):
+    for t in completed_trials(study):  # measured or not: an engine start that failed cost its time too
         rec = read_record(t)
         if rec.duplicate_of is None and rec.startup_s:
             costs.append(run_cost(rec))

@@ -10,7 +10,7 @@ from autotune.study._baseline import (
     load_or_create,
     render_reference,
 )
-from autotune.study._best import best_feasible, in_scope
+from autotune.study._best import best_feasible, completed_trials, in_scope, unmeasured
 from autotune.study._gates import Gate, GateVerdict, standard_gates
 from autotune.study._group_objective import (
     GROUP_MODES,
@@ -93,6 +93,7 @@ __all__ = [
     "baseline_trial",
     "best_feasible",
     "choose_export",
+    "completed_trials",
     "constraints_hold",
     "ensure_baseline",
     "export_costs",
@@ -119,5 +120,6 @@ __all__ = [
     "suggest_split",
     "suggest_values",
     "unit",
+    "unmeasured",
     "write_record",
 ]

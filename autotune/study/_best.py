@@ -9,7 +9,7 @@ import optuna
 
 from autotune.study._record import constraints_hold, read_record
 
-__all__ = ["best_feasible", "completed_trials", "in_scope"]
+__all__ = ["best_feasible", "completed_trials", "in_scope", "unmeasured"]
 
 
 def in_scope(trial: optuna.trial.FrozenTrial, scope: Mapping[str, Any] | None) -> bool:
@@ -17,8 +17,26 @@ def in_scope(trial: optuna.trial.FrozenTrial, scope: Mapping[str, Any] | None) -
     return not scope or all(trial.user_attrs.get(k) == v for k, v in scope.items())
 
 
+def unmeasured(trial: optuna.trial.FrozenTrial) -> bool:
+    """A trial that ended without a measurement (it failed, or was infeasible or refused before a
+    launch): stored as Optuna stores such a trial, PRUNED with no value and its constraints violated
+    (TPE ranks it infeasible; optuna-dashboard plots no value), never with a sentinel objective.
+    Not a trial the pruner stopped: that one is PRUNED too, with its own record."""
+    if trial.state is not optuna.trial.TrialState.PRUNED:
+        return False
+    status = trial.user_attrs.get("status")
+    return status is not None and status != "pruned" and status != "ok"
+
+
 def completed_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
-    return study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    """Every trial with an outcome: the measured (COMPLETE, with a value) and the :func:`unmeasured`
+    (no value); not those the pruner stopped, nor the running or waiting ones."""
+    states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+    return [
+        t
+        for t in study.get_trials(deepcopy=False, states=states)
+        if t.state is optuna.trial.TrialState.COMPLETE or unmeasured(t)
+    ]
 
 
 def best_feasible(

@@ -48,7 +48,7 @@ class PendingJournal:
     def save(
         self,
         trial: optuna.Trial,
-        value: float,
+        value: float | None,
         user_attrs: Mapping[str, Any],
         constraints: Mapping[str, float],
     ) -> None:
@@ -76,7 +76,7 @@ class PendingJournal:
         return sorted(self.directory.glob("trial-*.json")) if self.directory.is_dir() else []
 
     def replay(self, study: optuna.Study) -> int:
-        """Add every pending measurement to ``study`` as a completed trial (number: the next free)."""
+        """Add every pending outcome to ``study`` as a finished trial (number: the next free)."""
         added = 0
         for path in self.pending():
             try:
@@ -88,13 +88,16 @@ class PendingJournal:
                 k: optuna.distributions.json_to_distribution(v) for k, v in entry["distributions"].items()
             }
             attrs = {**entry["user_attrs"], "recovered_from_trial": entry["number"]}
+            unmeasured = entry["value"] is None  # kept as the runner tells such a trial: PRUNED
             study.add_trial(
                 optuna.trial.create_trial(
+                    state=optuna.trial.TrialState.PRUNED if unmeasured else optuna.trial.TrialState.COMPLETE,
                     value=entry["value"],
                     params=entry["params"],
                     distributions=dists,
                     user_attrs=attrs,
                     constraints=entry["constraints"] or None,
+                    system_attrs={"constraints": list((entry["constraints"] or {}).values())},
                 )
             )
             path.unlink()

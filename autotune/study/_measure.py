@@ -18,7 +18,14 @@ from autotune.study._gates import Gate, GateVerdict, is_baseline
 from autotune.study._journal import PendingJournal
 from autotune.study._objective import Objective
 from autotune.study._pruner import IncumbentPruner
-from autotune.study._record import Evaluator, Figures, TrialRecord, TrialStatus, write_record
+from autotune.study._record import (
+    Evaluator,
+    Figures,
+    TrialRecord,
+    TrialStatus,
+    store_constraints,
+    write_record,
+)
 from autotune.study._reuse import reuse_measurement, reuse_pruned
 
 __all__ = ["TrialMeasure", "suggest_values"]
@@ -96,7 +103,7 @@ class TrialMeasure:
             return dict(reference or {})
         return suggest_values(trial, self.space)
 
-    def __call__(self, trial: optuna.Trial, values: Mapping[str, Any]) -> float:
+    def __call__(self, trial: optuna.Trial, values: Mapping[str, Any]) -> float | None:
         rendered = render_values(self.space, dict(values)) if values else RenderedConfig(args=())
         verdict = self._verdict(trial, values)
         if verdict is not None and verdict.reuse is not None:
@@ -161,9 +168,9 @@ class TrialMeasure:
 
     def _record(
         self, trial: optuna.Trial, values: Mapping[str, Any], rendered: RenderedConfig, record: TrialRecord
-    ) -> float:
+    ) -> float | None:
         """Store the outcome with its constraints (the sampler learns the infeasible region from
-        them); the objective value (the penalty when nothing was measured)."""
+        them); the objective value (None when nothing was measured)."""
         baseline, objective = is_baseline(trial), self.objective
         constraints = objective.constraints(
             record.figures.as_dict() if record.figures else None,
@@ -180,7 +187,7 @@ class TrialMeasure:
             constraints=tuple(constraints),
             constraint_names=tuple(names),
         )
-        value = objective.penalty()
+        value: float | None = None  # nothing measured: the runner tells the trial PRUNED, no sentinel
         measured = record.figures.get(objective.metric) if record.figures is not None else None
         if measured is not None and not math.isnan(measured):
             value = measured
@@ -188,6 +195,5 @@ class TrialMeasure:
             attrs = {**trial.user_attrs, **record.to_attrs()}
             self.journal.save(trial, value, attrs, dict(zip(names, constraints, strict=True)))
         write_record(trial, record)
-        for cname, cvalue in zip(names, constraints, strict=True):
-            trial.set_constraint(cname, cvalue)
+        store_constraints(trial, names, constraints)
         return value

@@ -73,10 +73,6 @@ class Objective:
                 out[base] = min(limit, out.get(base, math.inf))
         return out
 
-    def penalty(self) -> float:
-        """Value recorded for a trial without measurements (never better than a measured one)."""
-        return 1e12 if self.direction == "minimize" else -1e12
-
     def constraint_names(self) -> list[str]:
         return [
             "throughput_vs_baseline",

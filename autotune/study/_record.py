@@ -23,6 +23,7 @@ from autotune.space import RenderedConfig
 
 __all__ = [
     "BASELINE_ATTR",
+    "CONSTRAINTS_KEY",
     "RECORD_VERSION",
     "Evaluator",
     "Figures",
@@ -32,6 +33,7 @@ __all__ = [
     "TrialRecord",
     "TrialStatus",
     "read_record",
+    "store_constraints",
     "write_record",
 ]
 
@@ -347,3 +349,15 @@ class Prestarter(Protocol):
 
 def constraints_hold(values: Sequence[float]) -> bool:
     return all(c <= 0 for c in values)
+
+
+CONSTRAINTS_KEY = "constraints"  # Optuna's constraints_func convention: a list in the system attrs
+
+
+def store_constraints(trial: optuna.Trial, names: Sequence[str], values: Sequence[float]) -> None:
+    """The trial's constraints (<= 0 is met) where each reader looks for them: by name, as Optuna 5's
+    ``Trial.set_constraint`` keeps them (its samplers read these), and as the list the
+    ``constraints_func`` convention keeps (optuna-dashboard marks infeasible trials from that)."""
+    for name, value in zip(names, values, strict=False):
+        trial.set_constraint(name, value)
+    trial.study._storage.set_trial_system_attr(trial._trial_id, CONSTRAINTS_KEY, [float(v) for v in values])

@@ -10,7 +10,7 @@ from typing import Any, NoReturn
 import optuna
 
 from autotune.study._best import completed_trials, in_scope
-from autotune.study._record import BASELINE_ATTR, read_record, write_record
+from autotune.study._record import BASELINE_ATTR, read_record, store_constraints, write_record
 
 __all__ = ["measured_twin", "pruned_twin", "refused_by", "reuse_measurement", "reuse_pruned"]
 
@@ -21,11 +21,13 @@ def _twin(
     study: optuna.Study,
     number: int,
     values: Mapping[str, Any],
-    state: _State,
+    state: _State | None,
     keep: Callable[[optuna.trial.FrozenTrial], bool] = lambda t: True,
 ) -> optuna.trial.FrozenTrial | None:
-    """The first other trial in ``state`` with these values (never a baseline) that ``keep`` accepts."""
-    for t in study.get_trials(deepcopy=False, states=(state,)):
+    """The first other trial in ``state`` (None: with an outcome, :func:`completed_trials`) with these
+    values (never a baseline) that ``keep`` accepts."""
+    found = completed_trials(study) if state is None else study.get_trials(deepcopy=False, states=(state,))
+    for t in found:
         if (
             t.number != number
             and t.params == dict(values)
@@ -43,9 +45,9 @@ def _in(scope: Mapping[str, Any] | None) -> Callable[[optuna.trial.FrozenTrial],
 def measured_twin(
     study: optuna.Study, number: int, values: Mapping[str, Any], scope: Mapping[str, Any] | None = None
 ) -> optuna.trial.FrozenTrial | None:
-    """An earlier finished trial of this configuration (whose attributes hold ``scope``): samplers
-    re-propose configurations, and a vLLM start is too dear to spend on a repeat."""
-    return _twin(study, number, values, _State.COMPLETE, _in(scope))
+    """An earlier finished trial of this configuration (whose attributes hold ``scope``), measured or
+    not: samplers re-propose configurations, and a vLLM start is too dear to spend on a repeat."""
+    return _twin(study, number, values, None, _in(scope))
 
 
 def _launched_and_pruned(t: optuna.trial.FrozenTrial) -> bool:
@@ -63,13 +65,12 @@ def pruned_twin(
     return _twin(study, number, values, _State.PRUNED, lambda t: _launched_and_pruned(t) and inside(t))
 
 
-def reuse_measurement(trial: optuna.Trial, twin: optuna.trial.FrozenTrial, is_baseline: bool) -> float:
-    """Record the twin's measurement (and constraints) as this trial's; its objective value."""
+def reuse_measurement(trial: optuna.Trial, twin: optuna.trial.FrozenTrial, is_baseline: bool) -> float | None:
+    """Record the twin's outcome (and constraints) as this trial's; its objective value (None: the
+    twin ended without a measurement, and so does this trial)."""
     rec = read_record(twin)
     write_record(trial, rec.with_(baseline=is_baseline, duplicate_of=twin.number))
-    for cname, cvalue in zip(rec.constraint_names, rec.constraints, strict=False):
-        trial.set_constraint(cname, cvalue)
-    assert twin.value is not None
+    store_constraints(trial, rec.constraint_names, rec.constraints)
     return twin.value
 
 

@@ -144,7 +144,9 @@ class StudyRunner:
             finally:
                 if self._ahead is not None:
                     self._ahead.done(trial.number)
-        if state is _State.COMPLETE:
+        if state is _State.COMPLETE and value is None:  # ended without a measurement: as Optuna
+            frozen = self.study.tell(trial, state=_State.PRUNED)  # keeps one (no value, constraints set)
+        elif state is _State.COMPLETE:
             frozen = self.study.tell(trial, value)
         else:
             frozen = self.study.tell(trial, state=state)
@@ -171,7 +173,7 @@ class StudyRunner:
             warnings.filterwarnings("ignore", message="Heartbeat of storage")
             return study.ask()
 
-    def _run(self, trial: optuna.Trial) -> float:
+    def _run(self, trial: optuna.Trial) -> float | None:
         for key, val in self.trial_attrs.items():
             trial.set_user_attr(key, val)
         baseline = is_baseline(trial)

@@ -75,3 +75,10 @@ def test_the_study_reads_well_in_optuna_dashboard(tmp_path: Path) -> None:
         trials[n]["feasible"] for n in (0, 1, 2)
     ] == [True, True, False]
     assert json.loads(base["figures"])["percentiles_ms"]["ttft_p90"] == pytest.approx(50.0)
+    # Optuna's own shape for a trial without a measurement: no sentinel value on any plot's axis,
+    # the state optuna-dashboard and TPE read as "no value", and the constraints it broke.
+    by_number = {t["number"]: t for t in detail["trials"]}
+    assert [by_number[n]["state"] for n in (0, 1, 2)] == ["Complete", "Complete", "Pruned"]
+    assert not by_number[2].get("values") and by_number[2]["constraints"], by_number[2]
+    shown = [v for t in detail["trials"] for v in (t.get("values") or [])]
+    assert len(shown) == 2 and all(abs(float(v)) < 1e6 for v in shown), shown

@@ -29,7 +29,7 @@ import pytest
 
 from autotune.engine._lease import LEASE_DIR_ENV, lease_holders
 from autotune.spec import StudySpec
-from autotune.study import TrialReport, open_storage, read_record
+from autotune.study import TrialReport, open_storage, read_record, unmeasured
 from autotune.tuning import (
     RUN_ATTR,
     ParallelRun,
@@ -51,6 +51,11 @@ echo "ENGINE_ENV gpus=${{CUDA_VISIBLE_DEVICES:-none}} lease=${{AUTOTUNE_GPU_LEAS
 exec {python} {fake} "$@"
 """
 ENV_RE = re.compile(r"ENGINE_ENV gpus=(\S+) lease=(\S+)")
+
+
+def _done(t: optuna.trial.FrozenTrial) -> bool:
+    """A trial with an outcome: measured (COMPLETE) or ended without a measurement (PRUNED, no value)."""
+    return t.state.name == "COMPLETE" or unmeasured(t)
 
 
 def _files(tmp_path: Path, n_requests: int = 8) -> dict[str, str]:
@@ -151,7 +156,7 @@ def test_four_workers_on_four_gpus_share_one_study_without_sharing_a_gpu(
         run, study, said = _pool(setup, env / "studies", n_gpus=4, n_trials=9, on_trial_done=watch)
     assert run.returncodes == {0: 0, 1: 0, 2: 0, 3: 0}, said
     trials = [t for t in study.get_trials() if t.user_attrs.get(RUN_ATTR)]
-    assert 9 <= len(trials) <= 12 and all(t.state.name == "COMPLETE" for t in trials)
+    assert 9 <= len(trials) <= 12 and all(_done(t) for t in trials)
     baselines = [t for t in study.get_trials() if t.user_attrs.get("baseline")]
     assert len(baselines) == 1 and read_record(baselines[0]).ok  # measured once, by worker 0
     assert baselines[0].user_attrs["worker"] == 0
@@ -253,15 +258,12 @@ def test_a_killed_worker_is_replaced_and_its_lease_reclaimed(
     trials = [t for t in study.get_trials() if t.user_attrs.get(RUN_ATTR)]
     states = [t.state.name for t in trials if t.user_attrs.get("worker") == 1]
     assert "FAIL" in states  # the trial it died in is failed, not left running
-    assert sum(t.state.name == "COMPLETE" for t in trials) >= 5
-    on_gpu1 = [t for t in trials if t.state.name == "COMPLETE" and t.user_attrs.get("worker") == 1]
+    assert sum(_done(t) for t in trials) >= 5
+    on_gpu1 = [t for t in trials if _done(t) and t.user_attrs.get("worker") == 1]
     # the replacement measures on GPU 1, unless worker 0 ran the rest of the trials while it started
     # (the killed trial is failed at once now, not held RUNNING for the heartbeat's grace)
     assert on_gpu1 or "nothing left to run" in log, log
-    assert (
-        sum(bool(t.user_attrs.get("baseline")) and t.state.name == "COMPLETE" for t in study.get_trials())
-        == 1
-    )
+    assert sum(bool(t.user_attrs.get("baseline")) and _done(t) for t in study.get_trials()) == 1
 
 
 def _parent(env: Path, files: dict[str, str], mark: str, n_gpus: int) -> subprocess.Popen[str]:

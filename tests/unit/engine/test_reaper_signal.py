@@ -16,8 +16,8 @@ _CHILD = textwrap.dedent(
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     from autotune.engine import install_signal_handlers
     install_signal_handlers()
-    print("ready", flush=True)
-    try:
+    try:  # "ready" inside the try: a SIGTERM sent as soon as it is read still lands in here
+        print("ready", flush=True)
         time.sleep(30)
     except KeyboardInterrupt:
         print("unwound", flush=True)
