@@ -312,24 +312,21 @@ def real_study(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> It
 
 @dataclass(frozen=True)
 class RealNights:
-    """Two nights of the RAG example on the real CPU build, run once per session through the CLI
-    (``real_nights``): what each printed, the study, the export and the Git repository that night
-    1's ``--on-promote`` hook committed the promotion into."""
+    """The nightly loop as an operator runs it, on the RAG example and the real CPU build, once per
+    session through the CLI (``real_nights``): ``run`` exports a config, three nights and a
+    ``nightly rollback`` between the last two; what each printed, the study, the export and the
+    Git repository that the ``--on-promote`` hook commits promotions into."""
 
     root: Path
     studies: Path  # rag.db, rag/night-000N/ (logs, per-request .npz, the night's report)
-    out: Path  # the export (best.yaml)
+    out: Path  # the export (best.yaml): written by run, promoted by night 1, rolled back before night 3
     gitops: Path  # the hook's Git repository: vllm.yaml, one commit per delivered promotion
+    run: subprocess.CompletedProcess[str]
+    run_export: bytes  # best.yaml as run wrote it
     nights: tuple[subprocess.CompletedProcess[str], ...]
+    rollback: subprocess.CompletedProcess[str]
 
 
-# The deployed config of night 1 (--incumbent): prefix caching off and 16-token scheduler steps, so
-# every request prefills its whole prompt (~640 tokens) 16 tokens a step and requests queue behind
-# each other; the search's one candidate is vLLM's default step (2048) with prefix caching on (85% of
-# the RAG example's prompt tokens are shared). With 16-token steps alone the gap was within the CPU
-# build's noise beside another engine (p50 TTFT 28 ms for the throttled command, 56 ms for the
-# candidate, in one night of a run with the real-vLLM tests in two groups).
-REAL_NIGHT_INCUMBENT = "enable-prefix-caching: false\nmax-num-batched-tokens: 16\nmax-num-seqs: 16\n"
 REAL_NIGHT_SPACE = """name: night
 platform: cpu
 parameters:
@@ -344,54 +341,73 @@ GIT_COMMIT_HOOK = (
 
 @pytest.fixture(scope="session")
 def real_nights(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> RealNights:
-    """Night 1: the throttled deployed config (``--incumbent``) and vLLM's defaults re-measured
-    (the defaults' run is the study's trial #0), a search of one candidate, the candidate confirmed against the incumbent and
-    promoted (a 10% floor), its export committed into a local Git repository by ``--on-promote``.
-    Night 2, nothing changed: the last promoted config is the incumbent, re-measured against the
-    baseline; the search re-uses its measurements (no start); no regression at a 400% floor: one run
-    per arm has no measured band, and beside the other pytest-xdist worker the same command measured
-    p50 TTFT 28-87 ms within one night (vs 93-254 ms for the throttled incumbent; at a 50% floor a
-    serial CI run once flagged +54%). No pruning: beside the benchmark tests a run of vLLM's defaults
-    once measured 2.4x the baseline's and was pruned, so nothing was promoted. Flagging a real
-    regression is tested on the fake server. 7 vLLM starts in all; no engine outlives a night."""
+    """``run`` measures the throttled baseline (``--baseline-arg`` 16 batched tokens: prefill 16
+    tokens a step) as its one trial and exports it to ``best.yaml``: the deployed file.
+    Night 1: its incumbent is that file (the run's export, "deployed"; the study's baseline is the
+    same command, measured as one arm), a search of one candidate (2,048 batched tokens), confirmed
+    against the incumbent and promoted (a 10% floor), its export committed into a local Git
+    repository by ``--on-promote``.
+    Night 2, nothing changed: the promoted file is the incumbent and the search's best is that very
+    command (its measurement re-used): "kept (same config)", nothing written, no hook; no regression at
+    a 400% floor (one run per arm has no measured band, and beside the other pytest-xdist worker the
+    same command measured p50 TTFT 28-87 ms within one night).
+    ``nightly rollback`` puts the run's export back; night 3 (no search) measures that restored file.
+    No pruning: beside the benchmark tests a run of vLLM's defaults once measured 2.4x the
+    baseline's and was pruned, so nothing was promoted. Flagging a real regression is tested on the
+    fake server. No engine outlives a command."""
     root = tmp_path_factory.mktemp("real_nights")
     value = uuid.uuid4().hex
     gitops = root / "gitops"
     subprocess.run(["git", "init", "-q", str(gitops)], check=True)
-    (root / "incumbent.yaml").write_text(REAL_NIGHT_INCUMBENT)
     (root / "space.yaml").write_text(REAL_NIGHT_SPACE)
-    args = [
-        "nightly", "--study", "rag", "--workload", str(REPO / "examples" / "rag.jsonl"),
+    out = root / "best.yaml"
+    common = [
+        "--study", "rag", "--workload", str(REPO / "examples" / "rag.jsonl"),
         "--model", str(tiny_model), "--studies-dir", str(root / "studies"), "--no-check-args",
-        "--space", str(root / "space.yaml"), "--speed", "3", "--rounds", "1", "--passes", "1",
-        "--max-trials", "2", "--budget", "12m", "--objective", "ttft_p50", "--out", str(root / "best.yaml"),
-        "--no-prune",
-        "--on-promote", GIT_COMMIT_HOOK.format(repo=gitops), "--engine-arg=--enforce-eager",
-        "--engine-arg=--max-model-len=2048", "--engine-arg=--kv-cache-memory-bytes=20M",
+        "--space", str(root / "space.yaml"), "--speed", "3", "--passes", "1", "--objective", "ttft_p50",
+        "--out", str(out), "--no-prune", "--baseline-arg=--max-num-batched-tokens=16",
+        "--engine-arg=--enforce-eager", "--engine-arg=--max-model-len=2048",
+        "--engine-arg=--kv-cache-memory-bytes=20M",
+    ]  # fmt: skip
+    night = [
+        "nightly", *common, "--rounds", "1", "--max-trials", "2", "--budget", "12m",
+        "--on-promote", GIT_COMMIT_HOOK.format(repo=gitops),
     ]  # fmt: skip
     env = {**os.environ, MARK_ENV: value, "PYTHONPATH": str(REPO)}
-    runs = []
-    for extra in (
-        ["--incumbent", str(root / "incumbent.yaml"), "--min-improvement", "0.1"],
-        ["--min-improvement", "4.0"],
-    ):
+
+    def autotune(*args: str) -> subprocess.CompletedProcess[str]:
         try:
-            runs.append(
-                subprocess.run(
-                    [sys.executable, "-m", "autotune", *args, *extra],
-                    cwd=root,
-                    env=env,
-                    capture_output=True,
-                    text=True,
-                    timeout=900,
-                )
+            return subprocess.run(
+                [sys.executable, "-m", "autotune", *args],
+                cwd=root,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=900,
             )
         finally:
             left = wait_no_processes(value, timeout=20)
             for p in left:
                 with contextlib.suppress(psutil.Error):
                     p.kill()
-        assert not left, f"engine processes outlived night {len(runs)}: {[_argv_head(p) for p in left]}"
+            assert not left, (
+                f"engine processes outlived `autotune {args[0]}`: {[_argv_head(p) for p in left]}"
+            )
+
+    run = autotune("run", *common, "--n-trials", "1", "--confirm-rounds", "0")
+    run_export = out.read_bytes() if out.exists() else b""
+    nights = [autotune(*night, "--min-improvement", "0.1"), autotune(*night, "--min-improvement", "4.0")]
+    rollback = autotune(
+        "nightly", "rollback", "--study", "rag", "--studies-dir", str(root / "studies"), "--out", str(out)
+    )
+    nights.append(autotune(*night, "--min-improvement", "4.0", "--max-trials", "0"))
     return RealNights(
-        root=root, studies=root / "studies", out=root / "best.yaml", gitops=gitops, nights=tuple(runs)
+        root=root,
+        studies=root / "studies",
+        out=out,
+        gitops=gitops,
+        run=run,
+        run_export=run_export,
+        nights=tuple(nights),
+        rollback=rollback,
     )

@@ -60,13 +60,16 @@ def _night(tmp_path: Path, study: str, hook: str, mark: str) -> subprocess.Compl
 @pytest.mark.vllm
 def test_a_real_night_commits_its_promotion_into_git(real_nights: RealNights) -> None:
     """Night 1 of ``real_nights`` (tests/conftest.py, real vLLM) promotes, and its --on-promote hook
-    commits the export into a local Git repository; night 2 keeps its incumbent and runs no hook."""
-    night, kept = real_nights.nights
+    commits the export into a local Git repository; nights 2 (same config) and 3 (after a rollback)
+    keep their incumbent and run no hook."""
+    night, kept, after_rollback = real_nights.nights
     assert night.returncode == 0, night.stderr[-3000:]
     assert "Promoted trial #" in night.stdout and "--on-promote: on-promote hook succeeded" in night.stderr
     assert not re.search(r"=\d+\.\d{5,}", night.stderr), night.stderr  # night lines print 4 figures
     committed = yaml.safe_load((real_nights.gitops / "vllm.yaml").read_text())
-    assert committed == yaml.safe_load(real_nights.out.read_text())
+    # what night 1 promoted: the rollback before night 3 withdrew it from best.yaml into history/withdrawn
+    (withdrawn,) = (real_nights.out.parent / "history" / "withdrawn").glob("best.*.yaml")
+    assert committed == yaml.safe_load(withdrawn.read_text())
     assert committed["max-num-batched-tokens"] == 2048 and committed["model"]
     log = subprocess.run(
         ["git", "-C", str(real_nights.gitops), "log", "--format=%s"],
@@ -76,6 +79,7 @@ def test_a_real_night_commits_its_promotion_into_git(real_nights: RealNights) ->
     ).stdout.splitlines()
     assert len(log) == 1 and re.fullmatch(r"night 1: ttft_p50 \d+(\.\d+)?", log[0]), log
     assert kept.returncode == 0 and "--on-promote" not in kept.stderr
+    assert after_rollback.returncode == 0 and "--on-promote" not in after_rollback.stderr
 
 
 def test_a_failing_hook_keeps_the_export_and_the_night_exits_with_the_hooks_code(
