@@ -19,7 +19,11 @@ from autotune.tuning import (
     GroupPreview,
     GroupSetup,
     GroupTrialReport,
+    baseline_group_trial,
+    best_group_trial,
     build_group,
+    confirm_group,
+    export_group,
     preview_group,
     prior_split,
     run_group_study,
@@ -72,12 +76,60 @@ def _run(setup: GroupSetup, common: StudySpec) -> int:
         )
 
     run_group_study(setup, evaluate, study, n_trials=common.n_trials, first=first, on_done=show)
-    done = [t for t in study.trials if t.value is not None]
-    best = min(done, key=lambda t: float(t.value or 0.0))
+    best = best_group_trial(study)
+    base = baseline_group_trial(study)
+    if best is None or base is None:
+        out.print(f"no group trial was measured (study {name}, {url})", soft_wrap=True)
+        return EXIT_NO_BASELINE
     out.print(
         f"best: trial {best.number}, group objective {best.value:.3f} (study {name}, {url})", soft_wrap=True
     )
+    chosen, header = _confirm(setup, evaluate, study, base, best, common)
+    target = common.out or sdir / "export"
+    written = export_group(setup, evaluate, chosen, target, header)
+    for model, path in written.configs.items():
+        out.print(f"wrote {path} ({model})", soft_wrap=True)
+    out.print(f"launch the group as measured: sh {written.launch}", soft_wrap=True)
     return 0
+
+
+def _confirm(
+    setup: GroupSetup,
+    evaluate: GroupEvaluator,
+    study: optuna.Study,
+    base: optuna.trial.FrozenTrial,
+    best: optuna.trial.FrozenTrial,
+    common: StudySpec,
+) -> tuple[optuna.trial.FrozenTrial, list[str]]:
+    """The group trial to export (the best, if the re-measurement confirms it; else the baseline
+    group) and the export header's lines."""
+    header = [f"study {study.study_name!r}, group trial {best.number}, group objective {best.value:.3f}"]
+    if best.number == base.number:
+        out.print("the baseline group was best: it is exported as it runs today", soft_wrap=True)
+        return base, [*header, "the baseline group was best"]
+    if common.confirm_rounds < 1:
+        line = f"not re-measured (--confirm-rounds 0): trial {best.number} is exported on that figure alone"
+        out.print(line, soft_wrap=True)
+        return best, [*header, line]
+
+    def said(arm: str, r: int, res: Any) -> None:
+        verdict = (
+            f"group objective {res.score.value:.3f}"
+            if res.score.value is not None
+            else f"FAILED: {res.reason}"
+        )
+        out.print(f"confirm round {r + 1}: {arm}: {verdict}", soft_wrap=True)
+
+    first = max(t.number for t in study.get_trials(deepcopy=False)) + 1
+    done = confirm_group(
+        setup, evaluate, base, best, rounds=common.confirm_rounds, min_improvement=common.min_improvement,
+        first_number=first, on_run=said,
+    )  # fmt: skip
+    study.set_user_attr(f"group_confirmation_{best.number}", {"confirmed": done.confirmed, "why": done.why})
+    out.print(f"re-measured against the baseline group: {done.why}", soft_wrap=True)
+    if done.confirmed:
+        return best, [*header, f"confirmed: {done.why}"]
+    return base, [*header, f"trial {best.number} not confirmed ({done.why}); the baseline group is exported"]
 
 
 def _header(setup: GroupSetup) -> None:

@@ -26,6 +26,14 @@ from autotune.tuning._group import (
     equal_split,
     share_parameter,
 )
+from autotune.tuning._group_export import (
+    GroupConfirmation,
+    GroupExport,
+    baseline_group_trial,
+    best_group_trial,
+    confirm_group,
+    export_group,
+)
 from autotune.tuning._group_preview import EnginePreview, GroupPreview, preview_group
 from autotune.tuning._group_prior import PriorSplit, prior_split
 from autotune.tuning._group_study import GroupTrialReport, run_group_study
@@ -57,7 +65,9 @@ __all__ = [
     "EnginePreview",
     "GpuGroup",
     "GroupBudget",
+    "GroupConfirmation",
     "GroupEvaluator",
+    "GroupExport",
     "GroupModel",
     "GroupPreview",
     "GroupSetup",
@@ -70,7 +80,9 @@ __all__ = [
     "TuningSetup",
     "WorkerSpec",
     "arrival_spec",
+    "baseline_group_trial",
     "bench_server",
+    "best_group_trial",
     "build_group",
     "build_setup",
     "check_fingerprint",
@@ -78,9 +90,11 @@ __all__ = [
     "check_study_name",
     "claim_worker_slot",
     "confirm_best",
+    "confirm_group",
     "describe_params",
     "effective_fingerprint",
     "equal_split",
+    "export_group",
     "for_gpus",
     "looks_like_hub_name",
     "on_gpus",

@@ -1,5 +1,7 @@
 """``autotune run -f group.yaml`` on the fake server: the baseline group, the prior's split, then a
-sampled one; each trial the whole group, its value the group's objective, each model's figures kept."""
+sampled one; each trial the whole group, its value the group's objective, each model's figures kept;
+then the best group re-measured against the baseline group (A B A B) and the chosen group exported:
+one YAML per model, which the installed vLLM's own parser accepts, and a launch script."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from autotune.cli import app
+from autotune.engine._argcheck import VllmArgChecker
 from autotune.tiny_model import make_tiny_model
 from tests.conftest import FAKE_LAUNCHER, MARK_ENV, REPO, processes_marked, write_fake_space
 
@@ -31,7 +34,7 @@ engine_args: [--max-model-len=2048]
     studies = tmp_path / "studies"
     args = ["run", "-f", str(path), "--launcher", " ".join(FAKE_LAUNCHER), "--studies-dir", str(studies),
             "--no-check-args", "--n-trials", "3", "--max-requests", "8", "--warmup", "0",
-            "--study", "g"]  # fmt: skip
+            "--study", "g", "--out", str(tmp_path / "export")]  # fmt: skip
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, f"{res.output}\n{res.exception!r}"
     assert "trial 0 (baseline): split of 64 MiB" in res.output and "trial 2 (sampled)" in res.output
@@ -46,4 +49,24 @@ engine_args: [--max-model-len=2048]
             assert got["status"] == "ok" and got["figures"]["completed"] == 8, got
         assert t.value == pytest.approx(max(t.user_attrs["group_ratios"].values()))
     assert any(p.startswith("rag.") for p in trials[2].params)  # the sampled trial tunes each space
+    # the end of the study: confirmation (or the baseline was best), then the export of the chosen group
+    confirmed = [v for k, v in study.user_attrs.items() if k.startswith("group_confirmation_")]
+    best = min((t for t in trials if t.value is not None), key=lambda t: t.value)
+    if best.number != 0:
+        assert "confirm round 2: baseline group: group objective" in res.output, res.output
+        assert len(confirmed) == 1 and "group objective" in confirmed[0]["why"], confirmed
+    chosen = best if best.number == 0 or confirmed[0]["confirmed"] else trials[0]
+    launch = (tmp_path / "export" / "launch.sh").read_text()
+    with VllmArgChecker() as checker:
+        for port, name in ((8000, "rag"), (8001, "chat")):
+            path = tmp_path / "export" / f"{name}.yaml"
+            parsed = checker.check(["--config", str(path)])
+            assert parsed.ok, (name, parsed.error)
+            measured = chosen.user_attrs[f"model:{name}"]["command"]
+            kv = measured[measured.index("--kv-cache-memory-bytes") + 1]
+            assert (
+                parsed.args["kv_cache_memory_bytes"] == int(kv.rstrip("M")) * 2**20
+            )  # its share, as measured
+            assert f"--config {name}.yaml --port {port} &" in launch, launch
+    assert "wrote" in res.output and "launch the group as measured: sh" in res.output
     assert not processes_marked(mark)

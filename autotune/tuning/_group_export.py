@@ -1,0 +1,223 @@
+"""A group study's end: the best group re-measured against the baseline group, then exported.
+
+Confirmation (as for one engine, ``tuning/_confirm.py``): the baseline group and the best group run
+alternately, A B A B, ``rounds`` times each, every engine of a group started together as in a trial.
+The best group is confirmed when the group's objective on the models' medians (each model's median
+against its own median in the baseline group, folded as the study folds them) beats 1.0 by more
+than ``min_improvement``, no model is worse than its baseline beyond ``min_improvement``, and, with
+two or more rounds, every round's best group beat that round's baseline group (ranges apart). A
+group not confirmed is not exported as the best: the baseline group is, and the summary says why.
+
+Export: one ``vllm serve --config`` YAML per model (``NAME.yaml``, the command it was measured with:
+its share of the budget and its own configuration) into the ``out`` folder, each checked by the
+installed vLLM's own parser before anything is written, plus ``launch.sh``, which starts the group as
+it was measured (each engine its own port, from ``base_port`` up, and on the CPU build its own cores).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import statistics
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from autotune.errors import ExportError
+from autotune.export import (
+    ExportedConfig,
+    build_export,
+    measured_engine_argv,
+    measured_launcher,
+    write_export,
+)
+from autotune.study import ModelOutcome, group_score, member_params
+from autotune.tuning._group import GroupSetup
+from autotune.tuning._group_trial import GroupEvaluator, GroupTrialResult
+
+__all__ = [
+    "GroupConfirmation",
+    "GroupExport",
+    "baseline_group_trial",
+    "best_group_trial",
+    "confirm_group",
+    "export_group",
+]
+
+BASE_PORT = 8000
+_ENV_KEPT = ("VLLM_CPU_OMP_THREADS_BIND", "VLLM_CPU_KVCACHE_SPACE", "CUDA_VISIBLE_DEVICES")
+
+
+def best_group_trial(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
+    """The measured group trial with the lowest group objective (the baseline group scores 1.0)."""
+    done = [t for t in study.get_trials(deepcopy=False) if t.value is not None]
+    return min(done, key=lambda t: float(t.value or 0.0), default=None)
+
+
+def baseline_group_trial(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
+    return next(
+        (t for t in study.get_trials(deepcopy=False) if t.user_attrs.get("group_trial") == "baseline"), None
+    )
+
+
+@dataclass(frozen=True)
+class GroupConfirmation:
+    """The A B A B re-measurement of the best group against the baseline group."""
+
+    confirmed: bool
+    why: str
+    ratios: Mapping[str, float]  # each model's median against its baseline median (lower is better)
+    value: float | None  # the group's objective on the medians
+
+
+def _values(trial: optuna.trial.FrozenTrial, setup: GroupSetup) -> dict[str, dict[str, Any]]:
+    return {m.name: member_params(trial.params, m.name) for m in setup.models}
+
+
+def _figure(result: GroupTrialResult, setup: GroupSetup, name: str) -> float | None:
+    model = next(m for m in setup.models if m.name == name)
+    return result.figures(name, model.setup.objective.metric) if result.ok else None
+
+
+def confirm_group(
+    setup: GroupSetup,
+    evaluate: GroupEvaluator,
+    baseline: optuna.trial.FrozenTrial,
+    best: optuna.trial.FrozenTrial,
+    *,
+    rounds: int,
+    min_improvement: float,
+    first_number: int,
+    on_run: Callable[[str, int, GroupTrialResult], None] | None = None,
+) -> GroupConfirmation:
+    """Re-measure ``best`` against ``baseline`` (module docstring); numbers from ``first_number``."""
+    base_split, best_split = dict(baseline.user_attrs["split"]), dict(best.user_attrs["split"])
+    values = _values(best, setup)
+    a: dict[str, list[float]] = {n: [] for n in setup.names}
+    b: dict[str, list[float]] = {n: [] for n in setup.names}
+    paired: list[float] = []
+    n = first_number
+    for r in range(rounds):
+        base = evaluate(n, base_split, {})
+        if on_run is not None:
+            on_run("baseline group", r, base)
+        cand = evaluate(n + 1, best_split, values, baseline=base if base.ok else None)
+        if on_run is not None:
+            on_run(f"trial {best.number}", r, cand)
+        n += 2
+        if not base.ok or not cand.ok:
+            failed = base if not base.ok else cand
+            why = f"a re-measurement failed ({failed.reason}): not confirmed"
+            return GroupConfirmation(False, why, {}, None)
+        for name in setup.names:
+            fa, fb = _figure(base, setup, name), _figure(cand, setup, name)
+            if fa is not None and fb is not None:
+                a[name].append(fa)
+                b[name].append(fb)
+        if cand.score.value is not None:
+            paired.append(cand.score.value)
+    outcomes = [
+        ModelOutcome(
+            name=m.name,
+            value=statistics.median(b[m.name]) if b[m.name] else None,
+            baseline=statistics.median(a[m.name]) if a[m.name] else None,
+            weight=m.weight,
+        )
+        for m in setup.models
+    ]
+    score = group_score(outcomes, direction=setup.models[0].setup.objective.direction, mode=evaluate.mode)
+    if score.value is None:
+        return GroupConfirmation(False, "no figure for every model: not confirmed", score.ratios, None)
+    worse = [f"{k} {v:.2f}x" for k, v in score.ratios.items() if v > 1 + min_improvement]
+    gain = 1 - score.value
+    apart = rounds < 2 or (len(paired) == rounds and max(paired) < 1.0)
+    ok = gain > min_improvement and not worse and apart
+    ratios = ", ".join(f"{k} {v:.3f}" for k, v in score.ratios.items())
+    why = (
+        f"group objective {score.value:.3f} on the medians ({ratios}): {gain:.1%} better, "
+        f"{'above' if gain > min_improvement else 'within'} the {min_improvement:.0%} noise floor"
+        + ("" if rounds < 2 else (", every round ahead" if apart else ", not ahead in every round"))
+        + (f"; worse beyond the noise: {', '.join(worse)}" if worse else "")
+        + ("" if ok else ": not confirmed")
+    )
+    return GroupConfirmation(ok, why, score.ratios, score.value)
+
+
+@dataclass(frozen=True)
+class GroupExport:
+    """What was written: each model's YAML and the launch script."""
+
+    configs: Mapping[str, Path]
+    launch: Path
+
+
+def _model_export(
+    setup: GroupSetup, trial: optuna.trial.FrozenTrial, name: str, header: Sequence[str]
+) -> ExportedConfig:
+    attrs = trial.user_attrs.get(f"model:{name}") or {}
+    command = attrs.get("command") or []
+    if not command:
+        raise ExportError(f"trial {trial.number}: model {name} stored no command to export")
+    model, flags = measured_engine_argv(command)
+    if os.path.exists(os.path.expanduser(model)):
+        model = os.path.abspath(os.path.expanduser(model))
+    exported = build_export(
+        model=model,
+        fixed_argv=flags,
+        tuned_argv=[],
+        env={},
+        header_lines=[*header, f"model {name} of the group, share {trial.user_attrs['split'][name]:.3f}"],
+        launcher=measured_launcher(command),
+    )
+    checker = next(m for m in setup.models if m.name == name).setup.checker()
+    if checker is not None:
+        error = checker.check(["--model", model, *flags]).error
+        if error:
+            raise ExportError(
+                f"vLLM's parser rejects model {name}'s exported config: {error}; nothing was written"
+            )
+    return exported
+
+
+def export_group(
+    setup: GroupSetup,
+    evaluate: GroupEvaluator,
+    trial: optuna.trial.FrozenTrial,
+    out_dir: Path,
+    header: Sequence[str],
+    *,
+    base_port: int = BASE_PORT,
+) -> GroupExport:
+    """``NAME.yaml`` per model and ``launch.sh`` into ``out_dir`` (module docstring); every model is
+    checked before the first file is written."""
+    exports = {m.name: _model_export(setup, trial, m.name, header) for m in setup.models}
+    paths: dict[str, Path] = {}
+    lines = [
+        "#!/bin/sh",
+        f"# The group as vllm-autotune measured it (trial {trial.number}): one vLLM per model, each its",
+        "# own port; Ctrl-C or SIGTERM stops them all.",
+        *(f"# {h}" for h in header),
+        "set -eu",
+        'cd "$(dirname "$0")"',
+        "trap 'kill 0' INT TERM",
+    ]
+    for i, m in enumerate(setup.models):
+        path = Path(out_dir) / f"{m.name}.yaml"
+        write_export(exports[m.name], path)
+        paths[m.name] = path
+        env = {k: v for k, v in evaluate.evaluators[m.name].spec.env.items() if k in _ENV_KEPT}
+        prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+        run = exports[m.name].deploy_command(path.name) + f" --port {base_port + i}"
+        lines.append(f"{prefix + ' ' if prefix else ''}{run} &  # {m.name}")
+    lines.append("wait")
+    launch = Path(out_dir) / "launch.sh"
+    fd, tmp = tempfile.mkstemp(prefix=".launch.sh.", dir=out_dir)
+    with os.fdopen(fd, "w") as fh:
+        fh.write("\n".join(lines) + "\n")
+    os.chmod(tmp, 0o755)
+    os.replace(tmp, launch)
+    return GroupExport(paths, launch)
