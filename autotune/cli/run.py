@@ -13,10 +13,10 @@ import optuna
 import typer
 
 from autotune.cli._console import console, out
+from autotune.cli._group import run_group
 from autotune.cli._open import enqueue_prior, open_and_announce
 from autotune.cli._render import FORMATS_ATTR, fmt_params, fmt_value, study_table, trial_line
 from autotune.cli._study_options import study_command
-from autotune.cli.group import run_group
 from autotune.engine import startup_warnings
 from autotune.errors import EXIT_NO_BASELINE
 from autotune.spec import StudySpec
