@@ -62,8 +62,9 @@ def trial_line(rep: TrialReport, metric: str) -> str:
         f = rec.figures
         hit = rec.metrics.prefix_hit_rate if rec.metrics else None
         ttft50 = f.get("ttft_p50") if f else None
+        also = "" if metric == "ttft_p50" else f"ttft_p50={fmt_value('ttft_p50', ttft50)} "  # not twice
         body = (
-            f"{metric}={fmt_value(metric, rep.value)} ttft_p50={fmt_value('ttft_p50', ttft50)} "
+            f"{metric}={fmt_value(metric, rep.value)} {also}"
             f"out={f.output_throughput if f else math.nan:.1f} tok/s failed={f.failed if f else 0}"
             + (f" prefix-hit={hit:.0%}" if hit is not None else "")
             + _passes_note(rec, metric).replace("\n", " (")

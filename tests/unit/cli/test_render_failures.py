@@ -47,3 +47,12 @@ def test_a_pruned_trial_says_pruned_once() -> None:
     console.print(study_table(study, "ttft_p90"))
     table = console.export_text()
     assert "pruned" in table and "pruned (pruned)" not in table
+
+
+def test_the_objective_figure_is_printed_once_when_it_is_ttft_p50() -> None:
+    figures = Figures(
+        {"completed": 9, "failed": 0, "output_throughput": 5.0, "percentiles_ms": {"ttft_p50": 120.0}}
+    )
+    rec = TrialRecord(status=TrialStatus.OK, figures=figures)
+    assert _plain(trial_line(_report(rec), "ttft_p50")).count("ttft_p50=") == 1  # the demo's objective
+    assert _plain(trial_line(_report(rec), "ttft_p90")).count("ttft_p50=") == 1  # beside another one
