@@ -36,6 +36,7 @@ from autotune.study._record import (
     TrialStatus,
     constraints_hold,
     read_record,
+    store_constraints,
     write_record,
 )
 from autotune.study._runner import StudyRunner, TrialHooks, TrialReport, run_study
@@ -116,6 +117,7 @@ __all__ = [
     "split_params",
     "standard_gates",
     "storage_fault",
+    "store_constraints",
     "suggest_member",
     "suggest_split",
     "suggest_values",

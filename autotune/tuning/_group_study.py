@@ -4,7 +4,8 @@ sampled splits and configurations (``split.NAME`` and ``NAME.param``), each one 
 
 A trial's value is the group's objective (the baseline group scores 1.0); each model's figures,
 command, log and reason are its user attrs (``model:NAME``). A split that cannot run is failed
-before launch with each model's reason; a failed group trial is data (state FAIL, its reason kept).
+before launch with each model's reason; a failed or infeasible group trial is data, kept as Optuna
+keeps a trial without a value: PRUNED, its ``group_feasible`` constraint violated, its reason kept.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 import optuna
 
 from autotune.errors import AutotuneError
-from autotune.study import TrialRecord, split_params, suggest_member, suggest_split
+from autotune.study import TrialRecord, split_params, store_constraints, suggest_member, suggest_split
 from autotune.tuning._group import GroupSetup
 from autotune.tuning._group_trial import GroupEvaluator, GroupTrialResult
 
@@ -74,10 +75,12 @@ def _tell(
     trial.set_user_attr("group_ratios", dict(result.score.ratios))
     if result.reason is not None:
         trial.set_user_attr("group_reason", result.reason)
-    if result.ok and result.score.value is not None:
+    feasible = result.ok and result.score.value is not None
+    store_constraints(trial, ["group_feasible"], [0.0 if feasible else 1.0])
+    if feasible and result.score.value is not None:
         study.tell(trial, result.score.value)
         return result.score.value
-    study.tell(trial, state=optuna.trial.TrialState.FAIL)
+    study.tell(trial, state=optuna.trial.TrialState.PRUNED)  # no value, never a sentinel
     return None
 
 
@@ -107,7 +110,8 @@ def run_group_study(
         if infeasible:
             reason = "infeasible before launch: " + "; ".join(infeasible)
             trial.set_user_attr("group_reason", reason)
-            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            store_constraints(trial, ["group_feasible"], [1.0])
+            study.tell(trial, state=optuna.trial.TrialState.PRUNED)
         else:
             result = evaluate(trial.number, split, values, baseline)
             value, ratios, reason = _tell(study, trial, setup, result), result.score.ratios, result.reason

@@ -70,3 +70,36 @@ engine_args: [--max-model-len=2048]
             assert f"--config {name}.yaml --port {port} &" in launch, launch
     assert "wrote" in res.output and "launch the group as measured: sh" in res.output
     assert not processes_marked(mark)
+
+
+def test_a_group_split_that_cannot_run_is_kept_as_optuna_keeps_a_trial_without_a_value(
+    tmp_path: Path, mark: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A split infeasible before launch: PRUNED with its constraint violated and its reason, no value
+    (no sentinel), as TPE and optuna-dashboard read such a trial."""
+    monkeypatch.setenv(MARK_ENV, mark)
+    l8, l2 = make_tiny_model(tmp_path / "l8", layers=8), make_tiny_model(tmp_path / "l2", layers=2)
+    path = tmp_path / "group.yaml"
+    path.write_text(f"""\
+models:
+  - {{name: rag, model: {l8}, workload: {REPO / "examples" / "rag.jsonl"}}}
+  - {{name: chat, model: {l2}, workload: {REPO / "examples" / "support_chat.jsonl"}}}
+share: {{kv_cache_memory_bytes: 48M}}
+engine_args: [--max-model-len=2048]
+""")
+    studies = tmp_path / "studies"
+    studies.mkdir()
+    study = optuna.create_study(study_name="g", storage=f"sqlite:///{studies / 'g.db'}")
+    study.enqueue_trial({"split.rag": 0.5})  # the baseline group: the equal split
+    study.enqueue_trial({"split.rag": 0.05})  # rag gets 2.4 MiB: not one request of 2,048 tokens
+    args = ["run", "-f", str(path), "--launcher", " ".join(FAKE_LAUNCHER), "--studies-dir", str(studies),
+            "--no-check-args", "--n-trials", "2", "--max-requests", "4", "--warmup", "0", "--study", "g",
+            "--no-prior", "--confirm-rounds", "0", "--out", str(tmp_path / "export")]  # fmt: skip
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, f"{res.output}\n{res.exception!r}"
+    trials = optuna.load_study(study_name="g", storage=f"sqlite:///{studies / 'g.db'}").trials
+    bad = [t for t in trials if t.user_attrs.get("group_reason", "").startswith("infeasible before launch")]
+    assert bad, [(t.number, t.state, t.user_attrs.get("group_reason")) for t in trials]
+    assert all(t.state is optuna.trial.TrialState.PRUNED and t.value is None for t in bad)
+    assert all(t.constraints.get("group_feasible") == 1.0 for t in bad)
+    assert not processes_marked(mark)
