@@ -37,7 +37,9 @@ def test_the_real_vllm_group_is_exactly_the_tests_marked_vllm() -> None:
 
 
 def test_a_parametrized_or_module_marked_node_id_is_read_through_its_function() -> None:
-    assert starts_vllm("tests/e2e/test_nightly.py::test_two_real_nights_on_the_cpu_build")  # its own mark
+    assert starts_vllm(  # its own mark
+        "tests/e2e/test_nightly.py::test_run_then_nights_promote_keep_roll_back_and_measure_the_restored_file_on_the_cpu_build"
+    )
     assert starts_vllm(
         "tests/integration/test_workers_vllm.py::test_two_workers_on_real_vllm_share_one_study"
     )

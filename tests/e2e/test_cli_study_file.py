@@ -43,7 +43,7 @@ def test_the_study_file_and_the_same_flags_are_one_study(tmp_path: Path, tiny_mo
     assert rc_file == 0, out_file
     flags = [
         "run", "--workload", str(REPO / "examples" / "rag.jsonl"), "--model", str(tiny_model),
-        "--study", "demo-rag", "--n-trials", "5", "--speed", "1",
+        "--study", "demo-rag", "--n-trials", "5", "--speed", "1", "--objective", "ttft_p50",
         "--engine-arg=--enforce-eager", "--engine-arg=--max-model-len=2048",
         "--baseline-arg=--kv-cache-memory-bytes=20M", *quick,
     ]  # fmt: skip
