@@ -25,12 +25,15 @@ pytestmark = pytest.mark.vllm
 # The host's noise: runs of one configuration on the 2-core CPU build, restarted, differ by 5-25% in
 # TTFT on a quiet machine, and beside the other xdist worker far more: one command measured 28-87 ms
 # p50 TTFT in one night (commit 11eaae0), and the fresh-clone CI of d7591f4 read 35.6 ms (bench) vs
-# 22.3 ms (the trial), 1.59x, while counts, tokens, hits and throughput held their bounds; so TTFT is held to 3x;
-# output throughput follows the file's arrivals; the prefix cache serves the same tokens each time.
+# 22.3 ms (the trial), 1.59x, while counts, tokens, hits and throughput held their bounds; so TTFT is held to 3x.
+# Output throughput follows the file's arrivals (tokens over the span from the first send to the last
+# reply), but the last reply's latency is in that span: the CI of cf05132 (stop 42) read 48.95 tok/s
+# (bench) vs 43.59 tok/s (the trial), 12.3% apart, TTFT p50 17.1 vs 14.9 ms; so throughput is held
+# to 25%. The prefix cache serves the same tokens each time.
 # TPOT is not compared: 8-token replies of this tiny model take 3-7 ms a token, the size of the other
 # processes' CPU bursts (one run at load average 9 on 2 cores: bench 6.8 ms, the trial 3.2 ms, while
 # TTFT p50 read 49.6 and 59.5 ms, throughput 42.5 and 42.4 tok/s, prefix hits 65.0% both).
-TTFT_FACTOR, THROUGHPUT_SHARE, HIT_POINTS = 3.0, 0.10, 0.02
+TTFT_FACTOR, THROUGHPUT_SHARE, HIT_POINTS = 3.0, 0.25, 0.02
 
 
 def _figures(rec: TrialRecord) -> dict[str, float]:
