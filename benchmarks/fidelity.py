@@ -42,7 +42,16 @@ from autotune.bench import ArrivalSpec, MetricsDelta, ReplayTarget, parse_metric
 from autotune.engine import EngineProcess
 from autotune.engine._process import free_port
 from autotune.space import RenderedConfig
-from autotune.study import TrialRecord, TrialReport, TrialStatus, ensure_baseline, load_or_create, run_study
+from autotune.study import (
+    TrialHooks,
+    TrialPolicy,
+    TrialRecord,
+    TrialReport,
+    TrialStatus,
+    ensure_baseline,
+    load_or_create,
+    run_study,
+)
 from autotune.tuning import TuningSetup, build_setup, plan_baseline
 from autotune.workload import Workload, WorkloadRequest
 
@@ -316,13 +325,11 @@ def part_c(args: Any, model: str) -> dict[str, Any]:
                 }
             )
         run_study(
-            study=study,
-            space=setup.space,
-            evaluator=setup.evaluator(work),
-            objective=setup.objective,
-            n_trials=args.overhead_trials,
-            on_trial_start=on_start,
-            on_trial_done=on_done,
+            study,
+            TrialPolicy(space=setup.space, objective=setup.objective),
+            setup.evaluator(work),
+            args.overhead_trials,
+            TrialHooks(on_start=on_start, on_done=on_done),
         )
         study_s = time.monotonic() - t0
         checked = setup.checker() is not None

@@ -25,6 +25,8 @@ import optuna
 
 from autotune.export import export_best
 from autotune.study import (
+    TrialHooks,
+    TrialPolicy,
     TrialRecord,
     TrialReport,
     baseline_trial,
@@ -100,12 +102,11 @@ def _tune(
     t0 = time.monotonic()
     setup.check_fixed_flags()
     run_study(
-        study=study,
-        space=setup.space,
-        evaluator=evaluator,
-        objective=objective,
-        n_trials=n_trials,
-        on_trial_done=done,
+        study,
+        TrialPolicy(space=setup.space, objective=objective),
+        evaluator,
+        n_trials,
+        TrialHooks(on_done=done),
     )
     return study, trials, time.monotonic() - t0
 

@@ -48,6 +48,8 @@ from autotune.study import (
     Figures,
     Metrics,
     Objective,
+    TrialHooks,
+    TrialPolicy,
     TrialRecord,
     TrialReport,
     TrialStatus,
@@ -276,12 +278,7 @@ def run_sampler(
         best_after.append(grid["baseline"] if read_record(bt).baseline else key(bt.params))
 
     run_study(
-        study=study,
-        space=space,
-        evaluator=evaluator,
-        objective=OBJECTIVE,
-        n_trials=budget,
-        on_trial_done=done,
+        study, TrialPolicy(space=space, objective=OBJECTIVE), evaluator, budget, TrialHooks(on_done=done)
     )
     return best_after
 

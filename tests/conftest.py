@@ -269,7 +269,7 @@ def real_study(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> It
     from autotune.engine import LaunchSpec
     from autotune.engine._argcheck import VllmArgChecker
     from autotune.engine._launch import CPU_LAUNCHER, parse_engine_args
-    from autotune.study import Objective, load_or_create, run_study
+    from autotune.study import Objective, TrialPolicy, load_or_create, run_study
     from autotune.trial import DEV_MODE_ENV, MemoryGuard, PassPlan, VllmEvaluator
     from autotune.workload import load_workload
 
@@ -300,7 +300,7 @@ def real_study(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> It
             passes=PassPlan(count=2),  # two replays per engine, vLLM's prefix cache emptied between them
         )
         try:
-            run_study(study=study, space=_real_space(), evaluator=evaluator, objective=obj, n_trials=5)
+            run_study(study, TrialPolicy(space=_real_space(), objective=obj), evaluator, 5)
         finally:
             left = wait_no_processes(value)
             for p in left:

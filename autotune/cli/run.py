@@ -21,7 +21,7 @@ from autotune.engine import startup_warnings
 from autotune.errors import EXIT_NO_BASELINE
 from autotune.spec import StudySpec
 from autotune.study import (
-    PendingJournal,
+    TrialHooks,
     TrialRecord,
     TrialReport,
     baseline_saturation,
@@ -37,6 +37,7 @@ from autotune.tuning import (
     BaselinePlan,
     GpuGroup,
     StudyLock,
+    TrialScope,
     TuningSetup,
     build_setup,
     check_fingerprint,
@@ -46,7 +47,6 @@ from autotune.tuning import (
     plan_groups,
     run_parallel,
     space_change_note,
-    study_hooks,
 )
 
 __all__ = ["run"]
@@ -179,19 +179,8 @@ def _run_trials(
         done["n"] += 1
         say_trial(rep, setup.objective.metric)
 
-    run_study(
-        study=st,
-        space=setup.space,
-        evaluator=evaluator,
-        objective=setup.objective,
-        n_trials=n_trials,
-        timeout_s=timeout,
-        on_trial_start=on_start,
-        on_trial_done=on_done,
-        journal=PendingJournal(Path(evaluator.log_dir)),
-        overlap=setup.choices.overlap_starts,
-        **study_hooks(setup),
-    )
+    policy = setup.policy(TrialScope(evaluator.log_dir))
+    run_study(st, policy, evaluator, n_trials, TrialHooks(on_start=on_start, on_done=on_done), timeout)
 
 
 def _confirm_and_export(

@@ -17,13 +17,11 @@
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import optuna
 
@@ -36,9 +34,9 @@ from autotune.nightly._tonight import NightOptions, _Night, begin_night, remeasu
 from autotune.nightly._verdict import figure_of, regression, regression_against_baseline
 from autotune.report import figure_text
 from autotune.space import RenderedConfig
-from autotune.study import IncumbentPruner, PendingJournal, TrialReport, run_study
+from autotune.study import TrialHooks, TrialReport, run_study
 from autotune.trial import compare_configs, config_to_args, significant_gain
-from autotune.tuning import TuningSetup, study_hooks
+from autotune.tuning import TrialScope, TuningSetup
 
 __all__ = ["NightOptions", "run_night"]
 
@@ -99,33 +97,23 @@ def _search(n: _Night) -> str:
         return not n.clock.can_start(1, reserve)
 
     run_study(
-        study=n.study,
-        space=n.setup.space,
-        evaluator=n.setup.evaluator(n.sdir / f"night-{n.number:04d}"),
-        objective=n.setup.objective,
-        n_trials=n.options.max_trials,
-        timeout_s=max(n.clock.left() - reserve * n.clock.per_run(), 1.0),
-        on_trial_done=on_trial,
-        reuse_duplicates=not n.changes,
-        twin_scope={NIGHT_ATTR: n.number} if n.changes else None,  # tonight's own measurements stand
-        trial_attrs={NIGHT_ATTR: n.number},
-        journal=PendingJournal(n.sdir),
-        should_stop=should_stop,
-        overlap=n.setup.choices.overlap_starts,
-        **_hooks(n),
+        n.study,
+        n.setup.policy(night_scope(n)),
+        n.setup.evaluator(n.sdir / f"night-{n.number:04d}"),
+        n.options.max_trials,
+        TrialHooks(on_done=on_trial, should_stop=should_stop),
+        max(n.clock.left() - reserve * n.clock.per_run(), 1.0),
     )
     return ""
 
 
-def _hooks(n: _Night) -> dict[str, Any]:
-    """The study's hooks; after a change (workload, fixed flags) the pruner holds candidates against
-    tonight's trials only: a figure measured on last night's workload is no incumbent (the 4-night
-    series on the CPU build pruned every candidate of night 4 against night 1's best, 879.7 ms)."""
-    hooks = study_hooks(n.setup)
-    pruner = hooks.get("pruner")
-    if n.changes and isinstance(pruner, IncumbentPruner):
-        hooks["pruner"] = dataclasses.replace(pruner, scope={NIGHT_ATTR: n.number})
-    return hooks
+def night_scope(n: _Night) -> TrialScope:
+    """Tonight's trials: tagged with the night's number; after a change (workload, fixed flags)
+    tonight's own measurements are the only twins reused and the only incumbents a candidate is
+    held against (the 4-night series on the CPU build pruned every candidate of night 4 against
+    night 1's best, 879.7 ms, measured on another workload)."""
+    tonight = {NIGHT_ATTR: n.number}
+    return TrialScope(n.sdir, attrs=tonight, fresh=tonight if n.changes else None)
 
 
 @dataclass(frozen=True)

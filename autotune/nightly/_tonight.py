@@ -15,17 +15,17 @@ from autotune.nightly._history import NIGHT_ATTR, NightRecord, last_night, night
 from autotune.nightly._plan import MIN_CANDIDATES, NightPlan, _Clock, make_plan, measured_run_cost
 from autotune.nightly._verdict import Band, figure_of, noise_band
 from autotune.report import figure_text
-from autotune.space import RenderedConfig
+from autotune.space import RenderedConfig, flag_pairs
 from autotune.study import (
     REFERENCE_ATTR,
-    PendingJournal,
+    TrialHooks,
     TrialRecord,
     baseline_trial,
     render_reference,
     run_study,
 )
 from autotune.trial import config_to_args
-from autotune.tuning import TuningSetup, study_hooks
+from autotune.tuning import TrialScope, TuningSetup
 
 __all__ = ["NightOptions", "begin_night", "remeasure"]
 
@@ -96,8 +96,15 @@ class _Night:
         self.say(f"  {name} round {r + 1}: {rec.status.value} {self.metric}={shown}")
 
 
-def _same(a: RenderedConfig, b: RenderedConfig) -> bool:
-    return list(a.args) == list(b.args) and dict(a.env) == dict(b.env)
+def _same(setup: TuningSetup, a: RenderedConfig, b: RenderedConfig) -> bool:
+    """Do ``a`` and ``b`` launch the same engine command? Compared as launched: the fixed and
+    baseline flags added, flag order aside (a deployed file holds every flag of its command, a
+    study's baseline none: the run's export of its baseline is that baseline, one arm, not two)."""
+
+    def command(c: RenderedConfig) -> list[tuple[str, str | None]]:
+        return sorted(flag_pairs(setup.engine_argv(c.args), positional=[]), key=lambda p: (p[0], p[1] or ""))
+
+    return command(a) == command(b) and dict(a.env) == dict(b.env)
 
 
 def _incumbent(
@@ -136,7 +143,7 @@ def begin_night(
     number = (previous.number + 1) if previous else 1
     inc_label, inc_config, inc_params = _incumbent(setup, study, options, previous)
     base_config = _baseline_config(setup, study)
-    one_arm = _same(inc_config, base_config)
+    one_arm = _same(setup, inc_config, base_config)
     arms = (inc_label,) if one_arm else ("baseline", inc_label)
     costs = measured_run_cost(study, [n.as_dict() for n in nights(study)])
     clock.prior_costs = costs
@@ -195,7 +202,7 @@ def remeasure(n: _Night) -> None:
         if (
             rec is not None
             and rec.baseline
-            and _same(RenderedConfig(rec.rendered_args, rec.rendered_env), arms[0][1])
+            and _same(n.setup, RenderedConfig(rec.rendered_args, rec.rendered_env), arms[0][1])
         ):
             first = rec
         elif rec is not None:
@@ -224,15 +231,7 @@ def remeasure(n: _Night) -> None:
 
 def _baseline_as_trial(n: _Night) -> TrialRecord | None:
     got: list[TrialRecord] = []
-    run_study(
-        study=n.study,
-        space=n.setup.space,
-        evaluator=n.setup.evaluator(n.sdir / f"night-{n.number:04d}"),
-        objective=n.setup.objective,
-        n_trials=1,
-        on_trial_done=lambda rep: got.append(rep.record),
-        trial_attrs={NIGHT_ATTR: n.number},
-        journal=PendingJournal(n.sdir),
-        **study_hooks(n.setup),
-    )
+    policy = n.setup.policy(TrialScope(n.sdir, attrs={NIGHT_ATTR: n.number}))
+    evaluator = n.setup.evaluator(n.sdir / f"night-{n.number:04d}")
+    run_study(n.study, policy, evaluator, 1, TrialHooks(on_done=lambda rep: got.append(rep.record)))
     return got[0] if got else None

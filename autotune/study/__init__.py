@@ -23,6 +23,7 @@ from autotune.study._journal import PendingJournal, storage_fault
 from autotune.study._measure import TrialMeasure, suggest_values
 from autotune.study._objective import Objective, parse_slo
 from autotune.study._orphans import fail_orphaned_trials
+from autotune.study._policy import TrialPolicy
 from autotune.study._pruner import IncumbentPruner
 from autotune.study._record import (
     BASELINE_ATTR,
@@ -87,6 +88,7 @@ __all__ = [
     "StudyRunner",
     "TrialHooks",
     "TrialMeasure",
+    "TrialPolicy",
     "TrialRecord",
     "TrialReport",
     "TrialStatus",

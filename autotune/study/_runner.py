@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import time
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -21,16 +21,14 @@ import optuna
 from optuna.storages._heartbeat import get_heartbeat_thread
 
 from autotune.errors import StorageError
-from autotune.space import SearchSpace
 from autotune.study._baseline import baseline_trial, ensure_baseline
 from autotune.study._best import best_feasible
-from autotune.study._gates import Gate, Veto, is_baseline, standard_gates
-from autotune.study._journal import PendingJournal, storage_fault
+from autotune.study._gates import is_baseline
+from autotune.study._journal import storage_fault
 from autotune.study._lookahead import Lookahead
 from autotune.study._measure import TrialMeasure
-from autotune.study._objective import Objective
 from autotune.study._orphans import claim_trial, fail_orphaned_trials
-from autotune.study._pruner import IncumbentPruner
+from autotune.study._policy import TrialPolicy
 from autotune.study._record import (
     BASELINE_ATTR,
     Evaluator,
@@ -39,7 +37,6 @@ from autotune.study._record import (
     constraints_hold,
     read_record,
 )
-from autotune.study._recorded_choices import with_recorded_choices
 
 __all__ = ["StudyRunner", "TrialHooks", "TrialReport", "run_study"]
 
@@ -204,47 +201,21 @@ class StudyRunner:
 
 
 def run_study(
-    *,
     study: optuna.Study,
-    space: SearchSpace,
+    policy: TrialPolicy,
     evaluator: Evaluator,
-    objective: Objective,
     n_trials: int | None,
+    hooks: TrialHooks | None = None,
     timeout_s: float | None = None,
-    on_trial_start: Callable[[int, bool, Mapping[str, Any]], None] | None = None,
-    on_trial_done: Callable[[TrialReport], None] | None = None,
-    reuse_duplicates: bool = True,
-    trial_attrs: Mapping[str, Any] | None = None,
-    should_stop: Callable[[], bool] | None = None,
-    journal: PendingJournal | None = None,
-    pruner: IncumbentPruner | None = None,
-    predict: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None,
-    veto: Veto | None = None,
-    before_replay: Callable[[], None] | None = None,
-    baseline_elsewhere: bool = False,
-    gates: Sequence[Gate] | None = None,
-    recheck_baseline: Callable[[], Mapping[str, Any] | None] | None = None,
-    overlap: bool = False,
-    twin_scope: Mapping[str, Any] | None = None,
 ) -> optuna.Study:
-    """:class:`StudyRunner` as one call (the callers' keyword arguments). ``veto``: why a
-    configuration is not worth launching (None: launch it); ``reuse_duplicates=False`` measures
-    again what earlier trials measured; ``gates`` replaces the standard ones (both then ignored);
-    ``overlap``: overlapped starts (:mod:`autotune.study._lookahead`); ``twin_scope``: with
-    ``reuse_duplicates=False``, twins whose attributes hold these values are still reused."""
-    measure = TrialMeasure(
-        space=with_recorded_choices(study, space),
-        evaluator=evaluator,
-        objective=objective,
-        gates=gates
-        if gates is not None
-        else standard_gates(reuse_duplicates=reuse_duplicates, veto=veto, scope=twin_scope),
-        pruner=pruner,
-        predict=predict,
-        journal=journal,
-        before_replay=before_replay,
-        recheck_baseline=recheck_baseline,
+    """:class:`StudyRunner` as one call: ``n_trials`` more trials of ``study`` (None: until
+    ``timeout_s`` or ``hooks.should_stop``), each run as ``policy`` says and measured by ``evaluator``."""
+    runner = StudyRunner(
+        study,
+        policy.measure(study, evaluator),
+        hooks or TrialHooks(),
+        dict(policy.trial_attrs),
+        policy.baseline_elsewhere,
+        policy.overlap,
     )
-    hooks = TrialHooks(on_start=on_trial_start, on_done=on_trial_done, should_stop=should_stop)
-    runner = StudyRunner(study, measure, hooks, dict(trial_attrs or {}), baseline_elsewhere, overlap)
     return runner.run(n_trials, timeout_s)

@@ -41,7 +41,8 @@ from autotune.tuning._group_trial import GroupEvaluator, GroupTrialResult
 from autotune.tuning._lock import StudyLock, claim_worker_slot
 from autotune.tuning._model import check_model, looks_like_hub_name
 from autotune.tuning._open import FORMATS_ATTR, OpenedStudy, open_study, study_directory
-from autotune.tuning._reference import BaselinePlan, plan_baseline, recheck_baseline, study_hooks
+from autotune.tuning._policy import TrialScope
+from autotune.tuning._reference import BaselinePlan, plan_baseline, recheck_baseline
 from autotune.tuning._setup import (
     TuningSetup,
     arrival_spec,
@@ -77,6 +78,7 @@ __all__ = [
     "ParallelRun",
     "PriorSplit",
     "StudyLock",
+    "TrialScope",
     "TuningSetup",
     "WorkerSpec",
     "arrival_spec",
@@ -116,5 +118,4 @@ __all__ = [
     "study_choices",
     "study_directory",
     "study_fingerprint",
-    "study_hooks",
 ]

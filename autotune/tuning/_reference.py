@@ -9,20 +9,28 @@ that passes the memory check), used as the baseline everywhere it is shown.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
-from autotune.space import Parameter, describe_values, render_values
-from autotune.study import IncumbentPruner
-from autotune.tuning._setup import TuningSetup
+from autotune.space import FlagPairs, Parameter, SearchSpace, describe_values, render_values
 
-__all__ = ["BaselinePlan", "plan_baseline", "recheck_baseline", "study_hooks"]
+__all__ = ["BaselinePlan", "plan_baseline", "recheck_baseline"]
 
 # Parameters whose smaller values make a configuration need less memory, in the order tried.
 _MEMORY_KNOBS = ("--gpu-memory-utilization", "--kv-cache-memory-bytes")
+
+
+class FitCheck(Protocol):
+    """What the plan reads of a study's setup (a :class:`~autotune.tuning.TuningSetup`)."""
+
+    @property
+    def space(self) -> SearchSpace: ...
+    @property
+    def fixed(self) -> FlagPairs: ...
+    def fit_reasons(self, tuned_args: Sequence[str] = ()) -> tuple[str, ...]: ...
 
 
 @dataclass(frozen=True)
@@ -62,7 +70,7 @@ def _candidates(p: Parameter) -> list[Any]:
     return [round(float(v), 4) for v in grid]
 
 
-def plan_baseline(setup: TuningSetup) -> BaselinePlan:
+def plan_baseline(setup: FitCheck) -> BaselinePlan:
     """Do vLLM's defaults fit here? If not, the reference to measure instead."""
     why = setup.fit_reasons()
     if not why:
@@ -81,28 +89,10 @@ def plan_baseline(setup: TuningSetup) -> BaselinePlan:
     return BaselinePlan(False, why, None, fixed_knobs=tuple(k for k in _MEMORY_KNOBS if k in fixed))
 
 
-def recheck_baseline(setup: TuningSetup) -> Mapping[str, Any] | None:
+def recheck_baseline(setup: FitCheck) -> Mapping[str, Any] | None:
     """When the baseline is about to run: vLLM's defaults checked again against the machine as it is
     now (another tenant may have taken memory since the plan); a runnable reference when they no
     longer fit (None: they fit, or nothing in the space does, and the launch records why)."""
     if not setup.fit_reasons():
         return None
     return plan_baseline(setup).reference
-
-
-def study_hooks(setup: TuningSetup) -> dict[str, Any]:
-    """The pruner, the prior's prediction and veto and the baseline's re-check, as
-    :func:`autotune.study.run_study` takes them. ``setup`` is the study's, its prior built
-    (:meth:`TuningSetup.with_prior`): the hooks read that prior, and the study its space."""
-    if setup.needs_prior:
-        raise ValueError(
-            "study_hooks: the setup's prior is not built, so the study would search the full space "
-            "with no veto (fix: pass setup.with_prior(), made once where the study's setup is)"
-        )
-    prior = setup.prior
-    return {
-        "pruner": IncumbentPruner(metric=setup.objective.metric) if setup.choices.prune else None,
-        "predict": prior.predict if prior is not None else None,
-        "veto": prior.veto if prior is not None else None,
-        "recheck_baseline": lambda: recheck_baseline(setup),
-    }

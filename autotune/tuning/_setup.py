@@ -34,7 +34,7 @@ from autotune.space import (
     load_search_space,
 )
 from autotune.spec import StudySpec, parse_duration
-from autotune.study import Objective, parse_slo
+from autotune.study import Objective, TrialPolicy, parse_slo
 from autotune.trial import (
     DEV_MODE_ENV,
     MemoryGuard,
@@ -46,7 +46,9 @@ from autotune.trial import (
     parse_passes,
 )
 from autotune.tuning._model import check_model
+from autotune.tuning._policy import TrialScope, trial_policy
 from autotune.tuning._prior import Prior, build_prior
+from autotune.tuning._reference import recheck_baseline
 from autotune.workload import Workload, load_traffic, sample_workload
 
 __all__ = ["TuningSetup", "arrival_spec", "build_setup"]
@@ -178,11 +180,23 @@ class TuningSetup:
 
         Call it once where a study's setup is made, after :meth:`watching_gpus` (the prior reads the
         memory of the GPUs watched then), and pass the result on: the study's announcement, its
-        hooks (:func:`~autotune.tuning.study_hooks`), a worker and a night all read this one prior."""
+        policy (:meth:`policy`), a worker and a night all read this one prior."""
         if not self.needs_prior:
             return self
         prior = build_prior(self)
         return replace(self, space=prior.space, prior=prior)
+
+    def policy(self, scope: TrialScope) -> TrialPolicy:
+        """How every trial of this study runs in ``scope`` (see :func:`trial_policy`). Its prior is
+        built (:meth:`with_prior`): the policy reads it."""
+        if self.needs_prior:
+            raise ValueError(
+                "TuningSetup.policy: the setup's prior is not built, so the study would search the full "
+                "space with no veto (fix: call it on setup.with_prior(), made once where the study's setup is)"
+            )
+        return trial_policy(
+            scope, self.space, self.objective, self.prior, self.choices, lambda: recheck_baseline(self)
+        )
 
     def engine_argv(self, tuned_args: Sequence[str] = ()) -> list[str]:
         """The engine's flags for a configuration (fixed flags, then the tuned ones), port 0."""

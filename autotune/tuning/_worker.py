@@ -34,7 +34,7 @@ from autotune.memory import MachineProbe, read_machine_facts
 from autotune.spec import StudySpec
 from autotune.study import (
     BASELINE_ATTR,
-    PendingJournal,
+    TrialHooks,
     TrialReport,
     load_or_create,
     open_storage,
@@ -51,7 +51,8 @@ from autotune.tuning._fingerprint import (
 )
 from autotune.tuning._gpus import GpuGroup, complete_group, for_gpus, record_devices
 from autotune.tuning._open import open_study, study_directory
-from autotune.tuning._reference import plan_baseline, study_hooks
+from autotune.tuning._policy import TrialScope
+from autotune.tuning._reference import plan_baseline
 from autotune.tuning._setup import TuningSetup, build_setup, describe_params
 
 __all__ = [
@@ -268,21 +269,8 @@ def run_worker(
                 if on_trial_done is not None:
                     on_trial_done(rep)
 
-            run_study(
-                study=study,
-                space=setup.space,
-                evaluator=setup.evaluator(study_directory(spec.studies_dir, spec.study)),
-                objective=setup.objective,
-                n_trials=spec.n_trials,
-                timeout_s=timeout,
-                on_trial_start=on_start,
-                on_trial_done=on_done,
-                trial_attrs=attrs,
-                should_stop=should_stop,
-                journal=PendingJournal(study_directory(spec.studies_dir, spec.study)),
-                before_replay=gate,
-                baseline_elsewhere=group.slot > 0,
-                overlap=spec.choices.overlap_starts,
-                **study_hooks(setup),
-            )
+            sdir = study_directory(spec.studies_dir, spec.study)
+            scope = TrialScope(sdir, attrs=attrs, baseline_elsewhere=group.slot > 0, before_replay=gate)
+            hooks = TrialHooks(on_start=on_start, on_done=on_done, should_stop=should_stop)
+            run_study(study, setup.policy(scope), setup.evaluator(sdir), spec.n_trials, hooks, timeout)
             return ran["n"]

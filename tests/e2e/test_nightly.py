@@ -129,7 +129,8 @@ def test_run_then_nights_promote_keep_roll_back_and_measure_the_restored_file_on
     deployed file; night 1 measures that file as its incumbent and promotes the candidate over it;
     night 2 finds its best is the deployed command itself: kept (same config), nothing written, no
     hook, no false alarm; ``nightly rollback`` restores the run's export; night 3 measures the
-    restored file, not night 1's promotion. Every command's exit code is 0."""
+    restored file, not night 1's promotion. The run's export is the baseline's command: the nights
+    that hold it as their incumbent measure it once a round, as one arm. Every command's exit code is 0."""
     assert real_nights.run.returncode == 0, real_nights.run.stderr[-3000:]
     assert b"max-num-batched-tokens: 16" in real_nights.run_export  # the throttled baseline, exported
     for number, night in enumerate(real_nights.nights, start=1):
@@ -144,9 +145,14 @@ def test_run_then_nights_promote_keep_roll_back_and_measure_the_restored_file_on
         args = night["incumbent_args"]
         return args[args.index("--max-num-batched-tokens") + 1]
 
-    # night 1 measured the run's export as its incumbent ("deployed", not "(baseline)"), then promoted
+    # night 1 measured the run's export as its incumbent ("deployed", not "(baseline)"), then promoted;
+    # that file is the baseline's command (every flag of it written out): one arm, not the same engine twice
     runs = [(r["phase"], r["arm"]) for r in n1["runs"]]
-    assert runs[:2] == [("re-measurement", "baseline"), ("re-measurement", "incumbent best.yaml (deployed)")]
+    assert runs[0] == ("re-measurement", "incumbent best.yaml (deployed)") and runs[1][0] != "re-measurement"
+    assert (
+        "the incumbent's command is the baseline's"
+        in real_nights.nights[0].stdout + real_nights.nights[0].stderr
+    )
     assert n1["decision"] == "promoted" and Path(n1["export"]).name == real_nights.out.name
     assert n1["incumbent_label"].startswith("promoted trial #") and batched(n1) == "2048"  # its new incumbent
     assert n2["incumbent_label"] == "incumbent best.yaml (deployed)" and batched(n2) == "2048"
@@ -157,3 +163,6 @@ def test_run_then_nights_promote_keep_roll_back_and_measure_the_restored_file_on
     assert real_nights.out.read_bytes() == real_nights.run_export  # rolled back; night 3 wrote nothing
     assert n3["incumbent_label"] == "incumbent best.yaml (deployed)" and batched(n3) == "16"
     assert n3["decision"] == "kept" and n3["regression"] is False
+    assert [r["arm"] for r in n3["runs"]] == [
+        "incumbent best.yaml (deployed)"
+    ]  # the baseline's command again

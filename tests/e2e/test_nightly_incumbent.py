@@ -74,3 +74,24 @@ def test_after_a_rollback_the_next_night_measures_the_restored_file(tmp_path: Pa
         "--kv-cache-memory-bytes",
         "8M",
     ]  # the restored file, not night 1's promotion
+
+
+def test_a_deployed_file_that_writes_out_the_baselines_command_is_one_arm(tmp_path: Path, mark: str) -> None:
+    """A file that holds every flag of the baseline's command (the fixed and the baseline's own flags,
+    in another order: what `run` exports when nothing beat the baseline) is the baseline: one arm,
+    one engine a round, not the same command measured twice as two arms."""
+    out = tmp_path / "deployed.yaml"
+    out.write_text("model: m\nmax-num-seqs: 8\nmax-model-len: 1024\n")
+    fixed = ["--engine-arg=--max-model-len=1024", "--baseline-arg=--max-num-seqs=8"]
+    r = _run(_night(tmp_path, "--max-trials", "0", "--rounds", "1", *fixed), mark, tmp_path, env=_env(mark))
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    assert "the incumbent's command is the baseline's" in r.stdout + r.stderr, (r.stdout, r.stderr)
+    (n1,) = _nights(tmp_path)
+    assert [run["arm"] for run in n1["runs"]] == ["incumbent deployed.yaml (deployed)"]
+    assert n1["baseline_figure"] == n1["incumbent_figure"]
+
+    out.write_text("model: m\nmax-num-seqs: 16\nmax-model-len: 1024\n")  # one flag apart: two arms
+    r = _run(_night(tmp_path, "--max-trials", "0", "--rounds", "1", *fixed), mark, tmp_path, env=_env(mark))
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    _, n2 = _nights(tmp_path)
+    assert [run["arm"] for run in n2["runs"]] == ["baseline", "incumbent deployed.yaml (deployed)"]

@@ -15,6 +15,7 @@ from autotune.space import RenderedConfig, SearchSpace
 from autotune.study import (
     Figures,
     Objective,
+    TrialPolicy,
     TrialRecord,
     TrialStatus,
     load_or_create,
@@ -60,7 +61,7 @@ def test_the_study_reads_well_in_optuna_dashboard(tmp_path: Path) -> None:
     study = load_or_create(url, "dash", Objective(), seed=0)
     for params in ({"block_size": 64}, {"block_size": 32}):
         study.enqueue_trial(params)
-    run_study(study=study, space=SPACE, evaluator=_evaluator, objective=Objective(), n_trials=3)
+    run_study(study, TrialPolicy(space=SPACE, objective=Objective()), _evaluator, 3)
 
     app = dashboard.wsgi(open_storage(url))
     (summary,) = _get(app, "/api/studies")["study_summaries"]

@@ -12,7 +12,7 @@ from autotune.engine import LaunchSpec
 from autotune.engine._launch import parse_engine_args
 from autotune.memory import GiB, SwapReading
 from autotune.space import SearchSpace
-from autotune.study import Objective, best_feasible, load_or_create, run_study
+from autotune.study import Objective, TrialPolicy, best_feasible, load_or_create, run_study
 from autotune.trial import MemoryGuard, VllmEvaluator
 from autotune.workload import load_workload
 from tests.conftest import FAKE_LAUNCHER, MARK_ENV, REPO, RealStudy
@@ -78,7 +78,7 @@ def test_host_swapping_makes_a_fast_trial_infeasible(tmp_path: Path, mark: str) 
     )
     obj = Objective()
     study = load_or_create(f"sqlite:///{tmp_path / 's.db'}", "swap", obj, seed=0)
-    run_study(study=study, space=SPACE, evaluator=ev, objective=obj, n_trials=1)
+    run_study(study, TrialPolicy(space=SPACE, objective=obj), ev, 1)
     t = study.get_trials()[0]
     a = t.user_attrs
     assert a["status"] == "ok" and a["figures"]["failed"] == 0  # it ran, and fast

@@ -12,7 +12,15 @@ from autotune.bench import ArrivalSpec
 from autotune.engine import LaunchSpec
 from autotune.memory import GpuMemory
 from autotune.space import load_search_space
-from autotune.study import Objective, load_or_create, read_record, run_study
+from autotune.study import (
+    Objective,
+    TrialHooks,
+    TrialPolicy,
+    load_or_create,
+    read_record,
+    run_study,
+    standard_gates,
+)
 from autotune.trial import MemoryGuard, VllmEvaluator
 from autotune.workload import load_workload
 from tests.conftest import FAKE_LAUNCHER, MARK_ENV, REPO, processes_marked, write_fake_space
@@ -67,14 +75,16 @@ def test_each_next_engine_starts_during_the_replay_and_none_outlives_the_study(
         next_up.append(early is not None and early.proc.ready_at is not None)
 
     run_study(
-        study=study,
-        space=load_search_space(write_fake_space(tmp_path)),
-        evaluator=evaluator,
-        objective=obj,
-        n_trials=3,
-        reuse_duplicates=False,
-        overlap=True,
-        on_trial_done=on_done,
+        study,
+        TrialPolicy(
+            space=load_search_space(write_fake_space(tmp_path)),
+            objective=obj,
+            gates=standard_gates(reuse_duplicates=False),
+            overlap=True,
+        ),
+        evaluator,
+        3,
+        TrialHooks(on_done=on_done),
     )
     records = [read_record(t) for t in study.trials]
     assert [r.status.value for r in records] == ["ok"] * 3, [r.reason for r in records]

@@ -13,7 +13,15 @@ import pytest
 from autotune.bench import ArrivalSpec
 from autotune.engine import LaunchSpec
 from autotune.space import RenderedConfig, load_search_space
-from autotune.study import IncumbentPruner, Objective, TrialStatus, load_or_create, read_record, run_study
+from autotune.study import (
+    IncumbentPruner,
+    Objective,
+    TrialPolicy,
+    TrialStatus,
+    load_or_create,
+    read_record,
+    run_study,
+)
 from autotune.trial import DEV_MODE_ENV, PassPlan, VllmEvaluator
 from autotune.workload import load_workload
 from tests.conftest import FAKE_LAUNCHER, MARK_ENV
@@ -100,8 +108,7 @@ def test_a_trial_far_worse_than_the_incumbent_is_pruned_and_the_baseline_never_i
     study = load_or_create(f"sqlite:///{tmp_path}/s.db", "s", objective, seed=0)
     study.enqueue_trial({"kv_cache_memory_bytes": 64})
     study.enqueue_trial({"kv_cache_memory_bytes": 8})  # a starved pool: 3x the time to first token
-    run_study(study=study, space=space, evaluator=evaluator, objective=objective, n_trials=3,
-              pruner=IncumbentPruner())  # fmt: skip
+    run_study(study, TrialPolicy(space=space, objective=objective, pruner=IncumbentPruner()), evaluator, 3)  # fmt: skip
     states = [t.state for t in study.trials]
     assert states[:2] == [optuna.trial.TrialState.COMPLETE] * 2
     assert states[2] == optuna.trial.TrialState.PRUNED
@@ -120,8 +127,7 @@ def test_a_study_with_a_pruned_trial_renders_in_the_table_and_the_report(tmp_pat
     objective = Objective()
     study = load_or_create(f"sqlite:///{tmp_path}/s.db", "s", objective, seed=0)
     study.enqueue_trial({"kv_cache_memory_bytes": 8})
-    run_study(study=study, space=space, evaluator=_evaluator(tmp_path, mark, 2, PRUNE_ENV, gap=PRUNE_GAP),
-              objective=objective, n_trials=2, pruner=IncumbentPruner())  # fmt: skip
+    run_study(study, TrialPolicy(space=space, objective=objective, pruner=IncumbentPruner()), _evaluator(tmp_path, mark, 2, PRUNE_ENV, gap=PRUNE_GAP), 2)  # fmt: skip
     assert study.trials[1].state == optuna.trial.TrialState.PRUNED
     from rich.console import Console
 

@@ -13,6 +13,7 @@ from autotune.space import RenderedConfig, SearchSpace
 from autotune.study import (
     Figures,
     Objective,
+    TrialPolicy,
     TrialRecord,
     TrialStatus,
     best_feasible,
@@ -58,8 +59,7 @@ def test_two_workers_share_one_study_with_one_baseline() -> None:
         try:
             study = load_or_create(url, name, obj, seed=seed)
             # as parallel workers do: a baseline another worker is measuring is not enqueued again
-            run_study(study=study, space=SPACE, evaluator=_fake_evaluator, objective=obj, n_trials=4,
-                      baseline_elsewhere=True)  # fmt: skip
+            run_study(study, TrialPolicy(space=SPACE, objective=obj, baseline_elsewhere=True), _fake_evaluator, 4)  # fmt: skip
         except BaseException as exc:  # surfaced below
             errors.append(exc)
 

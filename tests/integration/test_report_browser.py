@@ -108,7 +108,7 @@ def _column(page: Any, header: str) -> list[str]:
 def _fake_study_report(tmp_path: Path) -> Path:
     """A report of a study measured by the unit tests' in-process evaluator (every plot present)."""
     from autotune.report import write_study_report
-    from autotune.study import Objective, load_or_create, run_study
+    from autotune.study import Objective, TrialPolicy, load_or_create, run_study
     from tests.unit.report.conftest import CONFIGS, SPACE, FakeEvaluator
 
     studies = tmp_path / "studies"
@@ -116,10 +116,10 @@ def _fake_study_report(tmp_path: Path) -> Path:
     objective = Objective(min_throughput_ratio=0.9)
     study = load_or_create(f"sqlite:///{studies / 's.db'}", "s", objective, seed=0)
     evaluator = FakeEvaluator(studies / "s")
-    run_study(study=study, space=SPACE, evaluator=evaluator, objective=objective, n_trials=1)
+    run_study(study, TrialPolicy(space=SPACE, objective=objective), evaluator, 1)
     for params in CONFIGS:
         study.enqueue_trial(params)
-    run_study(study=study, space=SPACE, evaluator=evaluator, objective=objective, n_trials=len(CONFIGS))
+    run_study(study, TrialPolicy(space=SPACE, objective=objective), evaluator, len(CONFIGS))
     return write_study_report(study, tmp_path / "report.html")
 
 

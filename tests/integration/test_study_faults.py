@@ -19,6 +19,7 @@ from autotune.study import (
     Figures,
     Objective,
     PendingJournal,
+    TrialPolicy,
     TrialRecord,
     TrialStatus,
     failure_summary,
@@ -27,6 +28,7 @@ from autotune.study import (
     read_record,
     resolve_storage_url,
     run_study,
+    standard_gates,
 )
 from autotune.trial import check_request_sizes
 from autotune.workload import load_workload
@@ -66,7 +68,10 @@ def test_a_value_the_engine_refused_is_not_launched_again(tmp_path: Path) -> Non
     for params in ({"block_size": 32}, {"block_size": 7}, {"block_size": 7}):
         study.enqueue_trial(params)
     run_study(
-        study=study, space=SPACE, evaluator=ev, objective=Objective(), n_trials=4, reuse_duplicates=False
+        study,
+        TrialPolicy(space=SPACE, objective=Objective(), gates=standard_gates(reuse_duplicates=False)),
+        ev,
+        4,
     )
     assert ev.calls.count(("--block-size", "7")) == 1  # the second config with 7 never started
     last = read_record(study.get_trials()[-1])
@@ -90,14 +95,7 @@ def test_a_storage_failure_is_one_line_and_the_measurement_is_recovered(tmp_path
 
     monkeypatch.setattr(storage, "set_trial_user_attr", full_disk)
     with pytest.raises(StorageError) as err:
-        run_study(
-            study=study,
-            space=SPACE,
-            evaluator=Evaluator(),
-            objective=Objective(),
-            n_trials=3,
-            journal=journal,
-        )
+        run_study(study, TrialPolicy(space=SPACE, objective=Objective(), journal=journal), Evaluator(), 3)
     assert "database or disk is full" in str(err.value) and str(journal.directory) in str(err.value)
     assert "\n" not in str(err.value)
     assert len(journal.pending()) == 1
@@ -120,7 +118,7 @@ def test_a_trial_left_running_by_a_dead_process_fails_and_is_retried(tmp_path: P
     time.sleep(3)
     ev = Evaluator()
     live = optuna.load_study(study_name="hb", storage=open_storage(url, heartbeat_s=1, grace_s=2))
-    run_study(study=live, space=SPACE, evaluator=ev, objective=Objective(), n_trials=2)
+    run_study(live, TrialPolicy(space=SPACE, objective=Objective()), ev, 2)
     states = {t.number: t.state for t in live.get_trials()}
     assert states[dead.number] is optuna.trial.TrialState.FAIL  # no longer RUNNING forever
     retried = [t for t in live.get_trials() if t.system_attrs.get("failed_trial") == dead.number]
@@ -169,6 +167,6 @@ def test_a_study_of_only_failed_requests_names_the_workload_not_the_space(tmp_pa
         good = [RequestTiming("g", None, 0.0, 0.0, 0.02, 0.05, (0.01,), 2, 4)]
         return TrialRecord(status=TrialStatus.OK, figures=Figures(summarize(bad + good, 1.0).as_dict()))
 
-    run_study(study=study, space=SPACE, evaluator=refused, objective=Objective(), n_trials=2)
+    run_study(study, TrialPolicy(space=SPACE, objective=Objective()), refused, 2)
     summary = failure_summary(study)
     assert summary is not None and "not the search space" in summary and "HTTP 400" in summary

@@ -15,6 +15,8 @@ from autotune.export import export_best, measured_launcher, runnable_launcher
 from autotune.space import load_search_space
 from autotune.study import (
     Objective,
+    TrialHooks,
+    TrialPolicy,
     TrialStatus,
     best_feasible,
     constraints_hold,
@@ -59,12 +61,11 @@ def test_study_runs_baseline_first_records_failures_resumes_and_exports(tmp_path
     ensure_baseline(study)
     study.enqueue_trial({"block_size": 32, "max_num_batched_tokens": 1024, "enable_prefix_caching": True})
     run_study(
-        study=study,
-        space=space,
-        evaluator=evaluator,
-        objective=obj,
-        n_trials=8,
-        on_trial_done=lambda rep: seen.append(rep.number),
+        study,
+        TrialPolicy(space=space, objective=obj),
+        evaluator,
+        8,
+        TrialHooks(on_done=lambda rep: seen.append(rep.number)),
     )
     trials = study.get_trials()
     assert seen == list(range(8))
@@ -90,7 +91,7 @@ def test_study_runs_baseline_first_records_failures_resumes_and_exports(tmp_path
 
     # Resume: same name and storage; the baseline is not repeated.
     again = load_or_create(url, "fake-study", obj, seed=2)
-    run_study(study=again, space=space, evaluator=evaluator, objective=obj, n_trials=2)
+    run_study(again, TrialPolicy(space=space, objective=obj), evaluator, 2)
     all_trials = optuna.load_study(study_name="fake-study", storage=url).get_trials()
     assert len(all_trials) == 10
     assert sum(bool(t.user_attrs.get("baseline")) for t in all_trials) == 1

@@ -21,12 +21,14 @@ import optuna
 from autotune.space import RenderedConfig, load_search_space
 from autotune.study import (
     Objective,
+    TrialPolicy,
     TrialRecord,
     TrialStatus,
     load_or_create,
     open_storage,
     read_record,
     run_study,
+    standard_gates,
 )
 
 REPO = Path(__file__).resolve().parents[2]
@@ -64,13 +66,15 @@ def _writer(url: str, slot: int, n: int) -> None:
     if slot > 0:
         wait_for_baseline(study, since=None, timeout_s=60, poll_s=0.05)
     run_study(
-        study=study,
-        space=load_search_space(SPACE),
-        evaluator=_evaluator(slot),
-        objective=obj,
-        n_trials=n,
-        trial_attrs={"worker": slot},
-        reuse_duplicates=False,
+        study,
+        TrialPolicy(
+            space=load_search_space(SPACE),
+            objective=obj,
+            gates=standard_gates(reuse_duplicates=False),
+            trial_attrs={"worker": slot},
+        ),
+        _evaluator(slot),
+        n,
     )
 
 

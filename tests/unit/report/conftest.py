@@ -12,7 +12,16 @@ import pytest
 
 from autotune.bench import RequestTiming, summarize
 from autotune.space import RenderedConfig, SearchSpace
-from autotune.study import Figures, Metrics, Objective, TrialRecord, TrialStatus, load_or_create, run_study
+from autotune.study import (
+    Figures,
+    Metrics,
+    Objective,
+    TrialPolicy,
+    TrialRecord,
+    TrialStatus,
+    load_or_create,
+    run_study,
+)
 from autotune.trial import write_request_timings
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -121,13 +130,11 @@ def make_study(studies_dir: Path) -> StudyMaker:
         study = load_or_create(f"sqlite:///{studies / f'{name}.db'}", name, objective, seed=0)
         study.set_user_attr("engine_profile", "cuda-native")
         evaluator = FakeEvaluator(studies / name, fail_all=fail_all)
-        run_study(study=study, space=space, evaluator=evaluator, objective=objective, n_trials=1)
+        run_study(study, TrialPolicy(space=space, objective=objective), evaluator, 1)
         for params in configs:
             study.enqueue_trial(params)
         if configs:
-            run_study(
-                study=study, space=space, evaluator=evaluator, objective=objective, n_trials=len(configs)
-            )
+            run_study(study, TrialPolicy(space=space, objective=objective), evaluator, len(configs))
         return study
 
     return make

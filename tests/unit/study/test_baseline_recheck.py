@@ -7,7 +7,7 @@ from pathlib import Path
 
 import optuna
 
-from autotune.study import REFERENCE_ATTR, Objective, load_or_create, read_record, run_study
+from autotune.study import REFERENCE_ATTR, Objective, TrialPolicy, load_or_create, read_record, run_study
 from tests.unit.study.test_study_resume import SPACE, Evaluator
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -21,9 +21,7 @@ def _run(tmp_path: Path, answer: dict[str, int] | None) -> tuple[optuna.Study, E
         asked.append(1)
         return answer
 
-    run_study(
-        study=study, space=SPACE, evaluator=ev, objective=Objective(), n_trials=2, recheck_baseline=recheck
-    )
+    run_study(study, TrialPolicy(space=SPACE, objective=Objective(), recheck_baseline=recheck), ev, 2)
     return study, ev, asked
 
 

@@ -13,6 +13,8 @@ from autotune.study import (
     BASELINE_ATTR,
     Objective,
     Prestarter,
+    TrialHooks,
+    TrialPolicy,
     TrialRecord,
     load_or_create,
     run_study,
@@ -71,7 +73,7 @@ def test_each_next_engine_starts_while_the_current_trial_runs_and_its_trial_take
     objective = Objective()
     study = load_or_create(storage_url, "s", objective, seed=0)
     ev = AheadEvaluator()
-    run_study(study=study, space=SPACE, evaluator=ev, objective=objective, n_trials=4, overlap=True)
+    run_study(study, TrialPolicy(space=SPACE, objective=objective, overlap=True), ev, 4)
 
     trials = study.get_trials()
     assert [t.state for t in trials] == [_State.COMPLETE] * 4
@@ -89,7 +91,7 @@ def test_without_overlap_nothing_starts_ahead(storage_url: str) -> None:
     objective = Objective()
     study = load_or_create(storage_url, "s", objective, seed=0)
     ev = AheadEvaluator()
-    run_study(study=study, space=SPACE, evaluator=ev, objective=objective, n_trials=3)
+    run_study(study, TrialPolicy(space=SPACE, objective=objective), ev, 3)
     assert [kind for kind, _ in ev.events] == ["started"] * 3
 
 
@@ -100,10 +102,7 @@ def test_a_trial_asked_ahead_that_does_not_run_waits_for_the_next_run_with_its_v
     study = load_or_create(storage_url, "s", objective, seed=0)
     ev = AheadEvaluator()
     done: list[int] = []
-    run_study(
-        study=study, space=SPACE, evaluator=ev, objective=objective, n_trials=None, overlap=True,
-        on_trial_done=lambda rep: done.append(rep.number), should_stop=lambda: len(done) >= 2,
-    )  # fmt: skip
+    run_study(study, TrialPolicy(space=SPACE, objective=objective, overlap=True), ev, None, TrialHooks(on_done=lambda rep: done.append(rep.number), should_stop=lambda: len(done) >= 2))  # fmt: skip
     # trial 2 was asked and started ahead while trial 1 ran; the study stopped after trial 1
     assert ev.discarded == 1
     waiting = study.get_trials(states=(_State.WAITING,))
@@ -113,7 +112,7 @@ def test_a_trial_asked_ahead_that_does_not_run_waits_for_the_next_run_with_its_v
 
     ev2 = AheadEvaluator()
     study = load_or_create(storage_url, "s", objective, seed=0)
-    run_study(study=study, space=SPACE, evaluator=ev2, objective=objective, n_trials=1)
+    run_study(study, TrialPolicy(space=SPACE, objective=objective), ev2, 1)
     assert [n for n, _ in ev2.calls] == [2]
     assert study.trials[2].state is _State.COMPLETE and study.trials[2].params == asked
 
@@ -122,7 +121,7 @@ def test_a_refused_early_start_leaves_the_trial_to_start_at_its_turn(storage_url
     objective = Objective()
     study = load_or_create(storage_url, "s", objective, seed=0)
     ev = AheadEvaluator(refuse="GPU 0 has 3.0 GiB free beside the running engine")
-    run_study(study=study, space=SPACE, evaluator=ev, objective=objective, n_trials=3, overlap=True)
+    run_study(study, TrialPolicy(space=SPACE, objective=objective, overlap=True), ev, 3)
     assert ev.events == [("started", 0), ("started", 1), ("started", 2)]
     assert [t.state for t in study.get_trials()] == [_State.COMPLETE] * 3
 
@@ -130,12 +129,12 @@ def test_a_refused_early_start_leaves_the_trial_to_start_at_its_turn(storage_url
 def test_a_gated_next_trial_is_not_started_ahead(storage_url: str) -> None:
     objective = Objective()
     study = load_or_create(storage_url, "s", objective, seed=0)
-    run_study(study=study, space=SPACE, evaluator=FakeEvaluator(), objective=objective, n_trials=1)
+    run_study(study, TrialPolicy(space=SPACE, objective=objective), FakeEvaluator(), 1)
     study.enqueue_trial({"block_size": 32, "offload_gb": 0})
     study.enqueue_trial({"block_size": 32, "offload_gb": 0})  # a twin of the one before: reused
     study.enqueue_trial({"block_size": 64, "offload_gb": 0})
     ev = AheadEvaluator()
-    run_study(study=study, space=SPACE, evaluator=ev, objective=objective, n_trials=3, overlap=True)
+    run_study(study, TrialPolicy(space=SPACE, objective=objective, overlap=True), ev, 3)
     # trial 2 was asked while trial 1 ran, when 1 was not measured yet: it was started ahead; at its
     # turn its twin's measurement stood, so its engine was stopped then, unused; trial 3 had no
     # running engine to start beside and started at its turn
@@ -149,6 +148,6 @@ def test_a_single_trial_run_asks_nothing_ahead(storage_url: str, n: int) -> None
     objective = Objective()
     study = load_or_create(storage_url, "s", objective, seed=0)
     ev = AheadEvaluator()
-    run_study(study=study, space=SPACE, evaluator=ev, objective=objective, n_trials=n, overlap=True)
+    run_study(study, TrialPolicy(space=SPACE, objective=objective, overlap=True), ev, n)
     assert ev.events == [("started", 0)]
     assert not study.get_trials(states=(_State.WAITING,))

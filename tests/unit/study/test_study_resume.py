@@ -18,7 +18,15 @@ import pytest
 
 from autotune.bench import RequestTiming, summarize
 from autotune.space import RenderedConfig, SearchSpace
-from autotune.study import Figures, Objective, TrialRecord, TrialStatus, load_or_create, run_study
+from autotune.study import (
+    Figures,
+    Objective,
+    TrialPolicy,
+    TrialRecord,
+    TrialStatus,
+    load_or_create,
+    run_study,
+)
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 _State = optuna.trial.TrialState
@@ -84,7 +92,7 @@ def test_a_baseline_whose_process_is_gone_is_failed_and_measured_once_first(
 ) -> None:
     study = _killed_in_the_baseline(tmp_path, dead_pid)
     ev = Evaluator()
-    run_study(study=study, space=SPACE, evaluator=ev, objective=Objective(), n_trials=n_trials)
+    run_study(study, TrialPolicy(space=SPACE, objective=Objective()), ev, n_trials)
     assert study.get_trials()[0].state is _State.FAIL  # at once, not after the grace
     assert not study.get_trials(states=(_State.RUNNING,))
     assert ev.calls[0] == ()  # the baseline ran first, ahead of the queued candidate
@@ -97,16 +105,14 @@ def test_a_baseline_whose_process_is_gone_is_failed_and_measured_once_first(
 def test_a_trial_whose_process_lives_is_left_running(tmp_path: Path, live_pid: int) -> None:
     study = _killed_in_the_baseline(tmp_path, live_pid)  # e.g. another worker, measuring it now
     ev = Evaluator()
-    run_study(
-        study=study, space=SPACE, evaluator=ev, objective=Objective(), n_trials=1, baseline_elsewhere=True
-    )
+    run_study(study, TrialPolicy(space=SPACE, objective=Objective(), baseline_elsewhere=True), ev, 1)
     assert study.get_trials()[0].state is _State.RUNNING
     assert not _baselines(study, _State.COMPLETE) and ev.calls == [("--block-size", "64")]
 
 
 def test_each_trial_records_its_owner(tmp_path: Path) -> None:
     study = load_or_create(f"sqlite:///{tmp_path / 's.db'}", "s", Objective(), seed=0)
-    run_study(study=study, space=SPACE, evaluator=Evaluator(), objective=Objective(), n_trials=2)
+    run_study(study, TrialPolicy(space=SPACE, objective=Objective()), Evaluator(), 2)
     for t in study.get_trials():
         assert t.user_attrs["owner"]["pid"] == os.getpid()
         assert t.user_attrs["owner"]["host"] == socket.gethostname()

@@ -16,6 +16,8 @@ from autotune.study import (
     BASELINE_ATTR,
     Figures,
     Objective,
+    TrialHooks,
+    TrialPolicy,
     TrialRecord,
     TrialReport,
     TrialStatus,
@@ -111,17 +113,17 @@ def _complete(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
 
 def _run_configs(study: optuna.Study, evaluator: FakeEvaluator, objective: Objective, *configs: dict) -> None:
     """Baseline first, then exactly ``configs`` (enqueued, so the sampler does not choose)."""
-    run_study(study=study, space=SPACE, evaluator=evaluator, objective=objective, n_trials=1)
+    run_study(study, TrialPolicy(space=SPACE, objective=objective), evaluator, 1)
     for params in configs:
         study.enqueue_trial(params)
-    run_study(study=study, space=SPACE, evaluator=evaluator, objective=objective, n_trials=len(configs))
+    run_study(study, TrialPolicy(space=SPACE, objective=objective), evaluator, len(configs))
 
 
 def test_trial_0_is_the_baseline_with_no_params_and_no_rendered_flags(storage_url: str) -> None:
     objective = Objective()
     study = load_or_create(storage_url, "s", objective, seed=0)
     evaluator = FakeEvaluator()
-    run_study(study=study, space=SPACE, evaluator=evaluator, objective=objective, n_trials=3)
+    run_study(study, TrialPolicy(space=SPACE, objective=objective), evaluator, 3)
 
     number, rendered = evaluator.calls[0]
     assert number == 0
@@ -141,14 +143,13 @@ def test_resuming_a_study_does_not_run_the_baseline_again(storage_url: str) -> N
     objective = Objective()
     evaluator = FakeEvaluator()
     run_study(
-        study=load_or_create(storage_url, "s", objective, seed=0),
-        space=SPACE,
-        evaluator=evaluator,
-        objective=objective,
-        n_trials=1,
+        load_or_create(storage_url, "s", objective, seed=0),
+        TrialPolicy(space=SPACE, objective=objective),
+        evaluator,
+        1,
     )
     study = load_or_create(storage_url, "s", objective, seed=0)
-    run_study(study=study, space=SPACE, evaluator=evaluator, objective=objective, n_trials=2)
+    run_study(study, TrialPolicy(space=SPACE, objective=objective), evaluator, 2)
     assert [bool(t.user_attrs.get(BASELINE_ATTR)) for t in _complete(study)] == [True, False, False]
     assert [rendered.args == () for _, rendered in evaluator.calls][1:] == [False, False]
 
@@ -182,15 +183,10 @@ def test_a_failed_start_is_an_infeasible_trial_with_its_reason(storage_url: str)
     study = load_or_create(storage_url, "s", objective, seed=0)
     reports: list[TrialReport] = []
     evaluator = FakeEvaluator()
-    run_study(study=study, space=SPACE, evaluator=evaluator, objective=objective, n_trials=1)
+    run_study(study, TrialPolicy(space=SPACE, objective=objective), evaluator, 1)
     study.enqueue_trial({"block_size": 32, "offload_gb": 8, "threshold": 64})
     run_study(
-        study=study,
-        space=SPACE,
-        evaluator=evaluator,
-        objective=objective,
-        n_trials=1,
-        on_trial_done=reports.append,
+        study, TrialPolicy(space=SPACE, objective=objective), evaluator, 1, TrialHooks(on_done=reports.append)
     )
     failed = _complete(study)[1]
     assert failed.user_attrs["status"] == "failed"
@@ -235,7 +231,7 @@ def test_best_feasible_is_none_when_nothing_is_feasible(storage_url: str) -> Non
     def always_fails(number: int, rendered: RenderedConfig, progress: object = None) -> TrialRecord:
         return TrialRecord(status=TrialStatus.FAILED, failure="out_of_memory", reason="CUDA out of memory")
 
-    run_study(study=study, space=SPACE, evaluator=always_fails, objective=objective, n_trials=2)
+    run_study(study, TrialPolicy(space=SPACE, objective=objective), always_fails, 2)
     assert len(_complete(study)) == 2
     assert best_feasible(study) is None
 
@@ -297,7 +293,7 @@ def test_a_re_proposed_configuration_reuses_the_earlier_measurement(tmp_path) ->
 
     obj = Objective()
     study = load_or_create(f"sqlite:///{tmp_path / 's.db'}", "dup", obj, seed=0)
-    run_study(study=study, space=ONE_CONFIG, evaluator=evaluator, objective=obj, n_trials=4)
+    run_study(study, TrialPolicy(space=ONE_CONFIG, objective=obj), evaluator, 4)
     assert calls == [(), ("--b", "32")]  # baseline and the only config; trials 2 and 3 reuse trial 1
     trials = study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))
     assert [t.user_attrs.get("duplicate_of") for t in trials] == [None, None, 1, 1]
@@ -322,7 +318,7 @@ def test_a_re_proposed_configuration_that_was_pruned_is_not_launched_again(tmp_p
 
     obj = Objective()
     study = load_or_create(f"sqlite:///{tmp_path / 's.db'}", "dup", obj, seed=0)
-    run_study(study=study, space=ONE_CONFIG, evaluator=evaluator, objective=obj, n_trials=4)
+    run_study(study, TrialPolicy(space=ONE_CONFIG, objective=obj), evaluator, 4)
     assert calls == [(), ("--b", "32")]  # trials 2 and 3 did not start an engine
     trials = study.get_trials()
     assert [t.state.name for t in trials] == ["COMPLETE", "PRUNED", "PRUNED", "PRUNED"]

@@ -13,7 +13,7 @@ import pytest
 
 from autotune.engine import VLLM, InstalledEngine
 from autotune.spec import StudySpec
-from autotune.tuning import build_setup, study_hooks
+from autotune.tuning import TrialScope, build_setup
 
 
 def _choices(tmp_path: Path, model: Path, **extra: Any) -> StudySpec:
@@ -42,7 +42,7 @@ def test_the_prior_is_built_once_into_a_new_setup_that_every_reader_shares(
     tmp_path: Path, tiny_model: Path
 ) -> None:
     """run, a worker and a night make the study's setup with its prior once; the announcement, the
-    study's hooks and a second ask read that one prior, and the setup it came from keeps the full space
+    study's trial policy and a second ask read that one prior, and the setup it came from keeps the full space
     (it used to be replaced in place by whichever caller asked first)."""
     with build_setup(_choices(tmp_path, tiny_model)) as setup:
         full = setup.space
@@ -52,19 +52,21 @@ def test_the_prior_is_built_once_into_a_new_setup_that_every_reader_shares(
         assert studied is not setup and studied.space is prior.space
         assert setup.space is full and setup.prior is None and setup.needs_prior
         assert studied.with_prior() is studied  # asked again (run, then nightly, then a worker): not rebuilt
-        hooks = study_hooks(studied)
-        assert hooks["veto"].__self__ is prior and hooks["predict"].__self__ is prior
-        # the study's hooks refuse the setup without its prior: the veto would be missing and the
+        policy = studied.policy(TrialScope(tmp_path))
+        assert [g.veto.__self__ for g in policy.gates if hasattr(g, "veto")] == [prior]
+        assert policy.predict is not None and policy.predict.__self__ is prior  # type: ignore[attr-defined]
+        assert policy.space is prior.space
+        # the study's policy refuses the setup without its prior: the veto would be missing and the
         # space the full one, silently
         with pytest.raises(ValueError, match=r"with_prior"):
-            study_hooks(setup)
+            setup.policy(TrialScope(tmp_path))
 
 
 def test_without_the_prior_the_setup_is_its_own_study_setup(tmp_path: Path, tiny_model: Path) -> None:
     with build_setup(_choices(tmp_path, tiny_model, prior=False)) as setup:
         assert setup.with_prior() is setup and not setup.needs_prior
-        hooks = study_hooks(setup)
-        assert hooks["veto"] is None and hooks["predict"] is None
+        policy = setup.policy(TrialScope(tmp_path))
+        assert not [g for g in policy.gates if hasattr(g, "veto")] and policy.predict is None
 
 
 class _Checker:
