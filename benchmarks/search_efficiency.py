@@ -218,7 +218,7 @@ class TableEvaluator:
         self.by_args = {tuple(render_values(space, e["values"]).args): k for k, e in grid["configs"].items()}
         self.by_args[()] = grid["baseline"]  # trial 0: no tuned flag, the fixed flags only
 
-    def __call__(self, number: int, rendered: RenderedConfig, progress: object = None) -> TrialRecord:
+    def __call__(self, number: int, rendered: RenderedConfig, listener: object = None) -> TrialRecord:
         entry = self.grid["configs"][self.by_args[tuple(rendered.args)]]
         timings = {"startup": entry["startup_s"]} if entry.get("startup_s") is not None else {}
         if entry["status"] != TrialStatus.OK.value or not entry["repeats"]:

@@ -32,8 +32,6 @@ __all__ = ["TrialMeasure", "suggest_values"]
 
 log = logging.getLogger(__name__)
 
-Progress = Callable[[int, Mapping[str, Any]], str | None]
-
 
 def suggest_values(trial: optuna.Trial, space: SearchSpace) -> dict[str, Any]:
     """Ask the trial for each tunable parameter whose condition holds (in declaration order)."""
@@ -113,7 +111,7 @@ class TrialMeasure:
         if verdict is not None and verdict.record is not None:
             record = verdict.record
         else:
-            record = self.evaluator(trial.number, rendered, self._progress(trial))
+            record = self.evaluator(trial.number, rendered, self._listener(trial))
         if self.predict is not None:
             record = record.with_(predicted=dict(self.predict(values)))
         if record.status is TrialStatus.PRUNED:
@@ -140,31 +138,15 @@ class TrialMeasure:
         finally:
             gate_log.setLevel(level)
 
-    def _progress(self, trial: optuna.Trial) -> Progress:
-        baseline, metric, pruner, before_replay, engine_up = (
+    def _listener(self, trial: optuna.Trial) -> _Listener:
+        return _Listener(
+            trial,
             is_baseline(trial),
             self.objective.metric,
             self.pruner,
             self.before_replay,
             self.on_engine_up,
         )
-
-        def report(step: int, partial: Mapping[str, Any]) -> str | None:
-            if step == 0:  # the engine is up, the replay not started
-                if engine_up is not None:
-                    engine_up(trial)
-                if before_replay is not None and not baseline:
-                    before_replay()
-                return None
-            value = Figures(dict(partial)).get(metric)
-            if value is None:
-                return None
-            trial.report(value, step)
-            if baseline or pruner is None or not trial.should_prune():
-                return None
-            return pruner.last_reason or "pruned"
-
-        return report
 
     def _record(
         self, trial: optuna.Trial, values: Mapping[str, Any], rendered: RenderedConfig, record: TrialRecord
@@ -197,3 +179,33 @@ class TrialMeasure:
         write_record(trial, record)
         store_constraints(trial, names, constraints)
         return value
+
+
+@dataclass(frozen=True)
+class _Listener:
+    """A trial's listener (:class:`~autotune.study.TrialListener`): at engine-up it lets the runner
+    start the next engine (overlapped starts) and waits at ``before_replay`` (never the baseline); at a
+    checkpoint it reports the objective to Optuna and asks the pruner why to stop (never the baseline)."""
+
+    trial: optuna.Trial
+    baseline: bool
+    metric: str
+    pruner: IncumbentPruner | None
+    before_replay: Callable[[], None] | None
+    on_engine_up: Callable[[optuna.Trial], None] | None
+
+    def engine_up(self) -> None:
+        if self.on_engine_up is not None:
+            self.on_engine_up(self.trial)
+        if self.before_replay is not None and not self.baseline:
+            self.before_replay()
+
+    def checkpoint(self, step: int, figures: Mapping[str, Any]) -> str | None:
+        value = Figures(dict(figures)).get(self.metric)
+        if value is None:
+            return None
+        self.trial.report(value, step)
+        if self.baseline or self.pruner is None:
+            return None
+        study = self.trial.study
+        return self.pruner.reason(study, study._storage.get_trial(self.trial._trial_id))

@@ -29,7 +29,8 @@ __all__ = ["IncumbentPruner"]
 
 @dataclass
 class IncumbentPruner(optuna.pruners.BasePruner):
-    """An Optuna pruner; :meth:`reason` says why (or None), :meth:`prune` is its yes/no."""
+    """An Optuna pruner; :meth:`reason` says why (or None), :meth:`prune` is its yes/no. The study
+    asks :meth:`reason` at each checkpoint (the trial's listener), so the why needs no side channel."""
 
     metric: str = "ttft_p90"
     checkpoints: int = 4
@@ -40,11 +41,8 @@ class IncumbentPruner(optuna.pruners.BasePruner):
     # the workload or the fixed flags changed: its own trials, not figures of what was measured before)
     scope: dict[str, Any] | None = None
 
-    last_reason: str | None = None  # why the last ``prune`` said yes
-
     def prune(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> bool:
-        self.last_reason = self.reason(study, trial)
-        return self.last_reason is not None
+        return self.reason(study, trial) is not None
 
     def reason(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> str | None:
         step = trial.last_step

@@ -12,7 +12,7 @@ are read back through typed views.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
@@ -29,7 +29,7 @@ __all__ = [
     "Figures",
     "Metrics",
     "Prestarter",
-    "Progress",
+    "TrialListener",
     "TrialRecord",
     "TrialStatus",
     "read_record",
@@ -320,17 +320,25 @@ def write_record(trial: optuna.Trial, record: TrialRecord) -> None:
         trial.set_user_attr(key, value)
 
 
-# Called by an evaluator as its measurement runs: (step, the figures so far); returns why to stop
-# the trial early (the pruner's reason), or None to go on. Steps are comparable across trials.
-# Step 0 (no figures) is called once the engine is up and before the replay; it may block.
-Progress = Callable[[int, Mapping[str, Any]], str | None]
+class TrialListener(Protocol):
+    """What an evaluator tells the study while a trial runs."""
+
+    def engine_up(self) -> None:
+        """The engine is up and the replay has not started; it may block (a worker's GPU gate, a
+        group's barrier), and what it raises ends the trial."""
+        ...
+
+    def checkpoint(self, step: int, figures: Mapping[str, Any]) -> str | None:
+        """The figures so far at ``step`` (steps are comparable across trials: a quarter of one
+        pass's requests each); why to stop the trial early (the pruner's reason), or None to go on."""
+        ...
 
 
 class Evaluator(Protocol):
     """Measures one configuration (the study's only view of the outside world)."""
 
     def __call__(
-        self, number: int, rendered: RenderedConfig, progress: Progress | None = None
+        self, number: int, rendered: RenderedConfig, listener: TrialListener | None = None
     ) -> TrialRecord: ...
 
 

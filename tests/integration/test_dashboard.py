@@ -34,7 +34,7 @@ SPACE = SearchSpace.model_validate(
 )
 
 
-def _evaluator(number: int, rendered: RenderedConfig, progress: object = None) -> TrialRecord:
+def _evaluator(number: int, rendered: RenderedConfig, listener: object = None) -> TrialRecord:
     if "32" in rendered.args:
         return TrialRecord(status=TrialStatus.FAILED, failure="out_of_memory", reason="CUDA out of memory")
     t = [RequestTiming(f"r{i}", None, 0.0, 0.0, 0.05, 0.08, (0.01,) * 3, 4, 8) for i in range(4)]

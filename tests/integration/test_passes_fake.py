@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -35,6 +37,19 @@ def _workload(path: Path, n: int = 16, gap: float = 0.01) -> Path:
         for i in range(n):
             f.write(json.dumps({"prompt": f"{doc} q{i}", "max_tokens": 2, "timestamp": i * gap}) + "\n")
     return path
+
+
+@dataclass(frozen=True)
+class Answers:
+    """A trial listener whose checkpoints answer as ``answer`` says; the engine's start goes unheard."""
+
+    answer: Callable[[int, object], str | None]
+
+    def engine_up(self) -> None:
+        pass
+
+    def checkpoint(self, step: int, figures: object) -> str | None:
+        return self.answer(step, figures)
 
 
 def _evaluator(
@@ -150,11 +165,11 @@ def test_the_last_checkpoint_of_the_last_pass_never_stops_a_trial(tmp_path: Path
     def stop_at_the_end_of_a_pass(step: int, partial: object) -> str | None:
         return "worse than the incumbent" if step > 0 and step % last == 0 else None
 
-    rec = one(0, RenderedConfig(args=()), progress=stop_at_the_end_of_a_pass)
+    rec = one(0, RenderedConfig(args=()), listener=Answers(stop_at_the_end_of_a_pass))
     assert rec.status is TrialStatus.OK, rec.reason
     assert rec.figures is not None and rec.figures.completed == 8
     two = _evaluator(tmp_path / "two", mark, 2, dict(DEV_MODE_ENV), n=8)
-    rec = two(0, RenderedConfig(args=()), progress=stop_at_the_end_of_a_pass)
+    rec = two(0, RenderedConfig(args=()), listener=Answers(stop_at_the_end_of_a_pass))
     assert rec.status is TrialStatus.PRUNED and len(rec.passes) == 1  # its second pass was saved
 
 
@@ -214,7 +229,7 @@ def test_a_slow_report_does_not_hold_the_replay(tmp_path: Path, mark: str) -> No
             steps.append(step)
         return None
 
-    rec = ev(0, RenderedConfig(args=()), progress=slow_report)
+    rec = ev(0, RenderedConfig(args=()), listener=Answers(slow_report))
     assert rec.status is TrialStatus.OK, rec.reason
     assert steps == list(range(1, ev.checkpoints + 1))
     assert rec.requests_path is not None

@@ -39,7 +39,7 @@ SPACE = SearchSpace.model_validate(
 )
 
 
-def _fake_evaluator(number: int, rendered: RenderedConfig, progress: object = None) -> TrialRecord:
+def _fake_evaluator(number: int, rendered: RenderedConfig, listener: object = None) -> TrialRecord:
     bs = int(rendered.args[1]) if rendered.args else 128
     ttft = 0.01 + abs(bs - 64) / 10000
     timings = [RequestTiming(f"r{i}", None, 0.0, 0.0, ttft, ttft + 0.01, (0.01,), 2, 10) for i in range(5)]

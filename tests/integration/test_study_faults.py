@@ -50,7 +50,7 @@ class Evaluator:
     def __init__(self) -> None:
         self.calls: list[tuple[str, ...]] = []
 
-    def __call__(self, number: int, rendered: RenderedConfig, progress: object = None) -> TrialRecord:
+    def __call__(self, number: int, rendered: RenderedConfig, listener: object = None) -> TrialRecord:
         self.calls.append(rendered.args)
         if "7" in rendered.args:
             return TrialRecord(status=TrialStatus.FAILED, failure="bad_flag", reason="block size 7 refused")
@@ -158,7 +158,7 @@ def test_a_request_longer_than_the_model_is_a_located_error_or_skipped(tmp_path:
 def test_a_study_of_only_failed_requests_names_the_workload_not_the_space(tmp_path: Path) -> None:
     study = _study(tmp_path)
 
-    def refused(number: int, rendered: RenderedConfig, progress: object = None) -> TrialRecord:
+    def refused(number: int, rendered: RenderedConfig, listener: object = None) -> TrialRecord:
         bad = [
             RequestTiming(
                 "r", None, 0.0, 0.0, None, None, (), 0, None, error="HTTP 400: too long", status=400

@@ -37,7 +37,7 @@ WRITERS, TRIALS = 4, 15
 
 
 def _evaluator(slot: int):  # type: ignore[no-untyped-def]
-    def evaluate(number: int, rendered: RenderedConfig, progress: object = None) -> TrialRecord:
+    def evaluate(number: int, rendered: RenderedConfig, listener: object = None) -> TrialRecord:
         figures = {
             "completed": 10,
             "failed": 0,

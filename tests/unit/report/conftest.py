@@ -72,7 +72,7 @@ class FakeEvaluator:
         self.log_dir = log_dir
         self.fail_all = fail_all
 
-    def __call__(self, number: int, rendered: RenderedConfig, progress: object = None) -> TrialRecord:
+    def __call__(self, number: int, rendered: RenderedConfig, listener: object = None) -> TrialRecord:
         args = list(rendered.args)
         command = ("vllm", "serve", "/models/tiny", "--max-model-len", "2048", "--port", "8000", *args)
         block, seqs = _flag(args, "--block-size"), _flag(args, "--max-num-seqs")

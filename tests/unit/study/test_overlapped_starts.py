@@ -30,7 +30,7 @@ def storage_url(tmp_path: Path) -> str:
 
 
 class AheadEvaluator(FakeEvaluator):
-    """The fake evaluator, telling the study its engine is up (progress step 0) as the real one does,
+    """The fake evaluator, telling the study its engine is up (``listener.engine_up()``) as the real one does,
     and recording what it was asked to start ahead."""
 
     def __init__(self, refuse: str | None = None) -> None:
@@ -40,12 +40,12 @@ class AheadEvaluator(FakeEvaluator):
         self.refuse = refuse
         self.discarded = 0
 
-    def __call__(self, number: int, rendered: RenderedConfig, progress: object = None) -> TrialRecord:
+    def __call__(self, number: int, rendered: RenderedConfig, listener: object = None) -> TrialRecord:
         took = self.ahead.pop(number, None)
         self.events.append(("took" if took == rendered else "started", number))
-        if callable(progress):
-            progress(0, {})  # the engine is up: the runner may start the next one now
-        return super().__call__(number, rendered, progress)
+        if listener is not None:
+            listener.engine_up()  # type: ignore[attr-defined]  # the runner may start the next one now
+        return super().__call__(number, rendered, listener)
 
     def prestart(self, number: int, rendered: RenderedConfig) -> str | None:
         if self.refuse is not None:

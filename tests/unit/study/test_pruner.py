@@ -53,9 +53,10 @@ def test_a_trial_far_worse_than_the_incumbent_at_the_same_point_is_pruned_with_t
     pruner = IncumbentPruner()
     frozen = _running(study, {1: 600.0, 2: 400.0})
     assert pruner.prune(study, frozen)
-    assert pruner.last_reason is not None
-    assert "3.33x trial 0's worst pass at the same point (120)" in pruner.last_reason
-    assert "pass 1, 2/4 of its requests" in pruner.last_reason
+    why = pruner.reason(study, frozen)
+    assert why is not None
+    assert "3.33x trial 0's worst pass at the same point (120)" in why
+    assert "pass 1, 2/4 of its requests" in why
 
 
 def test_nothing_is_pruned_within_the_noise_nor_before_half_a_pass_nor_the_baseline() -> None:

@@ -46,7 +46,7 @@ class Evaluator:
     def __init__(self) -> None:
         self.calls: list[tuple[str, ...]] = []
 
-    def __call__(self, number: int, rendered: RenderedConfig, progress: object = None) -> TrialRecord:
+    def __call__(self, number: int, rendered: RenderedConfig, listener: object = None) -> TrialRecord:
         self.calls.append(tuple(rendered.args))
         t = [RequestTiming(f"r{i}", None, 0.0, 0.0, 0.02, 0.05, (0.01,) * 3, 4, 8) for i in range(4)]
         return TrialRecord(status=TrialStatus.OK, figures=Figures(summarize(t, 1.0).as_dict()))

@@ -80,7 +80,7 @@ class FakeEvaluator:
     def __init__(self) -> None:
         self.calls: list[tuple[int, RenderedConfig]] = []
 
-    def __call__(self, number: int, rendered: RenderedConfig, progress: object = None) -> TrialRecord:
+    def __call__(self, number: int, rendered: RenderedConfig, listener: object = None) -> TrialRecord:
         self.calls.append((number, rendered))
         args = list(rendered.args)
         if "--kv-offloading-size" in args:
@@ -228,7 +228,7 @@ def test_best_feasible_is_none_when_nothing_is_feasible(storage_url: str) -> Non
     objective = Objective()
     study = load_or_create(storage_url, "s", objective, seed=0)
 
-    def always_fails(number: int, rendered: RenderedConfig, progress: object = None) -> TrialRecord:
+    def always_fails(number: int, rendered: RenderedConfig, listener: object = None) -> TrialRecord:
         return TrialRecord(status=TrialStatus.FAILED, failure="out_of_memory", reason="CUDA out of memory")
 
     run_study(study, TrialPolicy(space=SPACE, objective=objective), always_fails, 2)
@@ -286,7 +286,7 @@ def test_a_re_proposed_configuration_reuses_the_earlier_measurement(tmp_path) ->
     """A vLLM start costs a minute on a GPU: a config the sampler proposes again is not re-run."""
     calls: list[tuple[str, ...]] = []
 
-    def evaluator(number, rendered, progress=None):  # type: ignore[no-untyped-def]
+    def evaluator(number, rendered, listener=None):  # type: ignore[no-untyped-def]
         calls.append(rendered.args)
         t = [RequestTiming("r", None, 0.0, 0.0, 0.01, 0.02, (0.01,), 2, 5)]
         return TrialRecord(status=TrialStatus.OK, figures=Figures(summarize(t, 1.0).as_dict()))
@@ -305,11 +305,11 @@ def test_a_re_proposed_configuration_that_was_pruned_is_not_launched_again(tmp_p
     none better the second time. The earlier verdict (and its reports) is reused instead."""
     calls: list[tuple[str, ...]] = []
 
-    def evaluator(number, rendered, progress=None):  # type: ignore[no-untyped-def]
+    def evaluator(number, rendered, listener=None):  # type: ignore[no-untyped-def]
         calls.append(rendered.args)
         if rendered.args:  # the only configuration: its trial reports twice, then the pruner stops it
-            progress(1, {"percentiles_ms": {"ttft_p90": 500.0}})
-            progress(2, {"percentiles_ms": {"ttft_p90": 520.0}})
+            listener.checkpoint(1, {"percentiles_ms": {"ttft_p90": 500.0}})
+            listener.checkpoint(2, {"percentiles_ms": {"ttft_p90": 520.0}})
             return TrialRecord(
                 status=TrialStatus.PRUNED, failure="pruned", reason="ttft_p90 520 is 2x the best"
             )

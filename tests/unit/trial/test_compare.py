@@ -14,7 +14,7 @@ from autotune.trial import compare_configs, config_to_args
 def test_arms_alternate_and_the_ratio_is_of_medians() -> None:
     order: list[tuple[str, ...]] = []
 
-    def evaluator(number: int, rendered: RenderedConfig, progress: object = None) -> TrialRecord:
+    def evaluator(number: int, rendered: RenderedConfig, listener: object = None) -> TrialRecord:
         order.append(rendered.args)
         ttft = 0.2 if not rendered.args else 0.1  # B is twice as fast
         timings = [
