@@ -30,6 +30,14 @@ from typing import Any, Protocol, runtime_checkable
 
 import psutil
 
+from autotune.memory._host import (
+    HOST_MEMORY_ENV,
+    cgroup_memory_limit,
+    has_device,
+    online_memory,
+    stated_host_memory,
+)
+
 __all__ = [
     "HOST_MEMORY_ENV",
     "DiskSpace",
@@ -48,7 +56,6 @@ _NODE0_MEMINFO = "/sys/devices/system/node/node0/meminfo"
 _MEMORY_BLOCKS = "/sys/devices/system/memory"
 _VIRTIO_MEM = "/sys/bus/virtio/drivers/virtio_mem"
 _CGROUP = "/sys/fs/cgroup"
-HOST_MEMORY_ENV = "AUTOTUNE_HOST_MEMORY_GIB"  # the host's real memory, where MemTotal reads low
 _first_host_total: list[int] = []  # the first MemTotal this process read: growth since is reported
 
 
@@ -207,7 +214,7 @@ class SystemProbe:
     def host_memory(self) -> tuple[int, int]:
         vm = psutil.virtual_memory()
         total, available = int(vm.total), int(vm.available)
-        stated = _stated_host_memory()
+        stated = stated_host_memory()
         if stated is not None and stated > total:  # a VM whose MemTotal undercounts: the user says how much
             available += stated - total
             total = stated
@@ -235,16 +242,16 @@ class SystemProbe:
     def host_growth(self, total: int) -> str:
         """Why host memory may grow past ``total`` (the MemTotal just read), or "" when nothing says so
         (or the user stated the real size in ``$AUTOTUNE_HOST_MEMORY_GIB``)."""
-        if _stated_host_memory() is not None:
+        if stated_host_memory() is not None:
             return ""
         if not _first_host_total:
             _first_host_total.append(total)
         first = _first_host_total[0]
-        online = _online_memory(self._memory_blocks)
+        online = online_memory(self._memory_blocks)
         reasons = []
         if total > first * 1.05:
             reasons.append(f"MemTotal grew from {first / 2**30:.1f} to {total / 2**30:.1f} GiB since start")
-        if _has_device(self._virtio_mem):
+        if has_device(self._virtio_mem):
             reasons.append("memory is hot-plugged as it is used (virtio-mem)")
         if online is not None and online > total * 1.2:
             reasons.append(
@@ -286,38 +293,6 @@ class SystemProbe:
                 with contextlib.suppress(Exception):
                     self._nvml.nvmlShutdown()
                 self._nvml = None
-
-
-def _stated_host_memory() -> int | None:
-    text = os.environ.get(HOST_MEMORY_ENV)
-    if not text:
-        return None
-    try:
-        return int(float(text) * 2**30)
-    except ValueError:
-        return None
-
-
-def _online_memory(blocks_dir: str) -> int | None:
-    """Bytes of memory the kernel has online (memory blocks x block size); None when not readable."""
-    try:
-        block = int(Path(blocks_dir, "block_size_bytes").read_text().strip(), 16)
-        online = 0
-        for entry in Path(blocks_dir).glob("memory[0-9]*"):
-            with contextlib.suppress(OSError):
-                if (entry / "state").read_text().strip() == "online":
-                    online += block
-    except (OSError, ValueError):
-        return None
-    return online or None
-
-
-def _has_device(driver_dir: str) -> bool:
-    """A device is bound to this virtio driver (its directory lists ``virtioN`` links)."""
-    try:
-        return any(p.name.startswith("virtio") for p in Path(driver_dir).iterdir())
-    except OSError:
-        return False
 
 
 class GpuSubsetProbe:
@@ -394,25 +369,3 @@ def read_machine_facts(probe: MachineProbe | None = None) -> MachineFacts:
         notes=tuple(notes),
         host_growth=growth,
     )
-
-
-def _read_int(path: Path) -> int | None:
-    try:
-        text = path.read_text().strip()
-    except OSError:
-        return None
-    return int(text) if text.isdigit() else None  # cgroup v2 says "max" for no limit
-
-
-def cgroup_memory_limit(root: Path) -> tuple[int, int] | None:
-    """(limit, usage) in bytes of this process's memory cgroup, or None without a limit: cgroup v2
-    (``memory.max``, ``memory.current``), else v1 (``memory/memory.limit_in_bytes``, whose "no limit"
-    is a huge number, and ``memory/memory.usage_in_bytes``)."""
-    for limit_file, usage_file in (
-        ("memory.max", "memory.current"),
-        ("memory/memory.limit_in_bytes", "memory/memory.usage_in_bytes"),
-    ):
-        limit = _read_int(root / limit_file)
-        if limit is not None and limit < 2**60:  # v1's unlimited is 2**63 rounded to pages
-            return limit, _read_int(root / usage_file) or 0
-    return None
