@@ -1,9 +1,7 @@
-"""One trial, end to end: start the engine with a configuration, warm up, replay, measure, stop.
-
-The seam between the study (which only sees a :class:`~autotune.study.TrialRecord`) and the
-outside world (the engine's processes, HTTP). Expected outcomes (a failed start, a crash
-mid-run, no request served) are data.
-"""
+"""One trial, end to end: start the engine with a configuration, warm up, replay, measure, stop: the
+seam between the study (which only sees a :class:`~autotune.study.TrialRecord`) and the outside
+world (the engine's processes, HTTP). Expected outcomes (a failed start, a crash mid-run, no request
+served) are data."""
 
 from __future__ import annotations
 
@@ -376,9 +374,8 @@ class VllmEvaluator:
             q = marks.get(len(got))
             if listener is None or q is None or stop.done():
                 return
-            partial = summarize(got, time.monotonic() - t_start, slos_ms=self.slos_ms or None)
-            step, figures = k * self.checkpoints + q, partial.as_dict()
-            fut = loop.run_in_executor(reporter, listener.checkpoint, step, figures)
+            figures = summarize(got, time.monotonic() - t_start, slos_ms=self.slos_ms or None).as_dict()
+            fut = loop.run_in_executor(reporter, listener.checkpoint, k * self.checkpoints + q, figures)
             fut.add_done_callback(functools.partial(answered, q))
             reports.append(fut)
 
