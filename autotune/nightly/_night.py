@@ -49,7 +49,7 @@ def _search(n: _Night) -> str:
     else why it did not."""
     if n.options.max_trials == 0:
         return "--max-trials 0 turned the search off"
-    reserve = n.plan.promotion_runs
+    reserve = n.plan.reserve_after("search")
     if not n.clock.can_start(1, reserve):
         return (
             f"the re-measurement took {n.clock.elapsed() / 60:.1f} of {n.options.budget_s / 60:.1f} min, "
@@ -150,7 +150,7 @@ def _decide(n: _Night, cands: list[Candidate], why_none: str) -> _Decision:
     inc = n.inc_figure["median"] if n.inc_figure else None
     if inc is not None and best.value is not None and sign * best.value >= sign * inc:
         return _Decision("kept", worse_reason(best, len(challengers), n.metric, inc) + tail)
-    if not n.clock.can_start(2):
+    if not n.clock.can_start(2, n.plan.reserve_after("promotion")):
         return _Decision(
             "kept",
             f"not confirmed: trial #{best.number} looked better ({n.metric} {figure_text(best.value, n.metric)}) but the "
@@ -162,7 +162,7 @@ def _decide(n: _Night, cands: list[Candidate], why_none: str) -> _Decision:
 def _confirm(n: _Night, best: Candidate) -> _Decision:
     config = RenderedConfig(args=best.args, env=best.env)
     rounds = n.plan.asked_rounds  # as many as tonight's measured costs allow, at least one
-    while rounds > 1 and not n.clock.can_start(2 * rounds):
+    while rounds > 1 and not n.clock.can_start(2 * rounds, n.plan.reserve_after("promotion")):
         rounds -= 1
     n.say(f"night {n.number}: trial #{best.number} against {n.inc_label}, {rounds} round(s) each")
     ab = compare_configs(

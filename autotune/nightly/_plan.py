@@ -14,7 +14,7 @@ import statistics
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import optuna
 import psutil
@@ -62,7 +62,8 @@ class _Clock:
         return time.monotonic() - self.t0
 
     def left(self) -> float:
-        return self.budget_s - self.elapsed()
+        """Seconds left for engine runs: the budget less the reports' share (``SLACK``) and the time spent."""
+        return self.budget_s * (1 - SLACK) - self.elapsed()
 
     def per_run(self) -> float:
         costs = self.run_costs or list(self.prior_costs)
@@ -74,9 +75,9 @@ class _Clock:
             self.run_costs.append(cost)
 
     def can_start(self, runs: int, reserve_runs: int = 0) -> bool:
-        """Can ``runs`` more runs start now and still leave ``reserve_runs`` for what follows?"""
-        need = (runs + reserve_runs) * self.per_run()
-        return self.elapsed() + need <= self.budget_s
+        """Can ``runs`` more runs start now and still leave ``reserve_runs`` for what follows
+        (:meth:`NightPlan.reserve_after`) and the reports' share of the budget (``SLACK``)?"""
+        return (runs + reserve_runs) * self.per_run() <= self.left()
 
 
 def measured_run_cost(study: optuna.Study, earlier: Sequence[Mapping[str, Any]] = ()) -> list[float]:
@@ -107,6 +108,17 @@ class NightPlan:
     promotion_runs: int
     smallest_budget_s: float  # holds the re-measurement at one round, 2 candidates and the check
     fits: bool
+
+    def reserve_after(self, phase: Literal["remeasure", "search", "promotion"]) -> int:
+        """The one table of what a phase leaves for those after it, in engine runs: the
+        re-measurement keeps the search's smallest share and the promotion check, the search keeps
+        the check, the check keeps nothing; the reports' share is ``SLACK`` of the budget, which the
+        clock keeps back from every phase."""
+        if not self.search:
+            return 0
+        return {"remeasure": MIN_CANDIDATES + self.promotion_runs, "search": self.promotion_runs}.get(
+            phase, 0
+        )
 
     @property
     def remeasure_runs(self) -> int:

@@ -12,7 +12,7 @@ import optuna
 
 from autotune.nightly._fingerprint import describe_changes, fingerprints, workload_changes
 from autotune.nightly._history import NIGHT_ATTR, NightRecord, last_night, nights
-from autotune.nightly._plan import MIN_CANDIDATES, NightPlan, _Clock, make_plan, measured_run_cost
+from autotune.nightly._plan import NightPlan, _Clock, make_plan, measured_run_cost
 from autotune.nightly._verdict import Band, figure_of, noise_band
 from autotune.report import figure_text
 from autotune.space import RenderedConfig, flag_pairs
@@ -207,7 +207,7 @@ def remeasure(n: _Night) -> None:
             first = rec
         elif rec is not None:
             n.clock.note(rec)  # its cost counts; the arm's round 1 runs as planned
-    after = MIN_CANDIDATES + n.plan.promotion_runs if n.plan.search else 0
+    after = n.plan.reserve_after("remeasure")
     k = 0
     for r in range(n.plan.asked_rounds):
         if r > 0 and not n.clock.can_start(len(arms), after):

@@ -119,7 +119,9 @@ def run_group_study(
                 baseline = result
         if on_done is not None:
             on_done(GroupTrialReport(trial.number, kind, dict(split), value, dict(ratios), reason))
-        if kind == "baseline" and (baseline is None or not baseline.ok):
+        if kind == "baseline" and baseline is not None and baseline.measured and not baseline.ok:
+            log.warning("the baseline group is measured but misses: %s; it stays the reference", reason)
+        if kind == "baseline" and (baseline is None or not baseline.measured):
             raise AutotuneError(
                 f"the baseline group failed: {reason} (fix: give each model a share that holds it in "
                 "share.baseline, or a larger share total)"

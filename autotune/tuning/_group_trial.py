@@ -46,6 +46,13 @@ class GroupTrialResult:
     def ok(self) -> bool:
         return self.failed_model is None and self.score.feasible
 
+    @property
+    def measured(self) -> bool:
+        """Every engine ran and every model has figures (an SLO missed is measured, not failed)."""
+        return self.failed_model is None and all(
+            r.status == TrialStatus.OK and r.figures is not None for r in self.records.values()
+        )
+
     def figures(self, name: str, metric: str) -> float | None:
         rec = self.records[name]
         return rec.figures.get(metric) if rec.figures is not None and rec.status == TrialStatus.OK else None

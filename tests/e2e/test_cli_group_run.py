@@ -103,3 +103,33 @@ engine_args: [--max-model-len=2048]
     assert all(t.state is optuna.trial.TrialState.PRUNED and t.value is None for t in bad)
     assert all(t.constraints.get("group_feasible") == 1.0 for t in bad)
     assert not processes_marked(mark)
+
+
+def test_a_baseline_group_that_misses_an_slo_is_measured_and_stays_the_reference(
+    tmp_path: Path, mark: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The operator's split misses rag's SLO (here 1 ms, which nothing meets): that is a measured
+    baseline, infeasible, not a failed one; the study goes on and holds every trial against it."""
+    monkeypatch.setenv(MARK_ENV, mark)
+    l8, l2 = make_tiny_model(tmp_path / "l8", layers=8), make_tiny_model(tmp_path / "l2", layers=2)
+    path = tmp_path / "group.yaml"
+    path.write_text(f"""\
+models:
+  - {{name: rag, model: {l8}, workload: {REPO / "examples" / "rag.jsonl"}, slo: {{ttft_p90: 1ms}}}}
+  - {{name: chat, model: {l2}, workload: {REPO / "examples" / "support_chat.jsonl"}}}
+share: {{kv_cache_memory_bytes: 64M}}
+engine_args: [--max-model-len=2048]
+""")
+    studies = tmp_path / "studies"
+    args = ["run", "-f", str(path), "--launcher", " ".join(FAKE_LAUNCHER), "--studies-dir", str(studies),
+            "--no-check-args", "--n-trials", "2", "--max-requests", "4", "--warmup", "0", "--study", "g",
+            "--confirm-rounds", "0", "--out", str(tmp_path / "export")]  # fmt: skip
+    res = CliRunner().invoke(app, args)
+    assert "the baseline group failed" not in res.output, res.output
+    trials = optuna.load_study(study_name="g", storage=f"sqlite:///{studies / 'g.db'}").trials
+    assert [t.user_attrs["group_trial"] for t in trials] == ["baseline", "prior"], res.output
+    base = trials[0]
+    assert base.value is None and "rag: slo:ttft_p90 not met" in base.user_attrs["group_reason"]
+    assert base.user_attrs["model:rag"]["status"] == "ok" and base.user_attrs["model:rag"]["figures"]
+    assert trials[1].user_attrs["group_ratios"]  # the prior's group measured against that baseline
+    assert not processes_marked(mark)
