@@ -64,6 +64,9 @@ def _run(setup: GroupSetup, common: StudySpec) -> int:
             out.print(f"# {line}", markup=False, soft_wrap=True)
     evaluate = GroupEvaluator(setup, sdir / "logs", check_args=common.check_args)
 
+    saturated: dict[str, list[int]] = {}  # model -> the trials it saturated in, of this run's
+    measured: list[int] = []  # this run's trials that measured every model
+
     def show(rep: GroupTrialReport) -> None:
         ratios = ", ".join(f"{n} {r:.3f}" for n, r in rep.ratios.items())
         verdict = (
@@ -74,6 +77,17 @@ def _run(setup: GroupSetup, common: StudySpec) -> int:
         out.print(
             f"trial {rep.number} ({rep.label}): {setup.describe_split(rep.split)}: {verdict}", soft_wrap=True
         )
+        if rep.ratios:
+            measured.append(rep.number)
+        for model, note in rep.saturated.items():
+            saturated.setdefault(model, []).append(rep.number)
+            out.print(
+                f"  {model} saturated its engine: its requests queued behind the arrivals, so its figures "
+                f"measure that queue, not the split ({note})",
+                style="bold red",
+                markup=False,
+                soft_wrap=True,
+            )
 
     run_group_study(setup, evaluate, study, n_trials=common.n_trials, first=first, on_done=show)
     best = best_group_trial(study)
@@ -84,6 +98,16 @@ def _run(setup: GroupSetup, common: StudySpec) -> int:
     out.print(
         f"best: trial {best.number}, group objective {best.value:.3f} (study {name}, {url})", soft_wrap=True
     )
+    for model, trials in saturated.items():
+        if measured and len(trials) >= len(measured):
+            out.print(
+                f"{model} saturated its engine in every measured group trial ({len(trials)} of {len(measured)}): "
+                "its figures measure its queue, not the split, so the best is no evidence of a better split "
+                "(fix: a lower speed or rate for that model, or fewer models on this machine)",
+                style="bold red",
+                markup=False,
+                soft_wrap=True,
+            )
     chosen, header = _confirm(setup, evaluate, study, base, best, common)
     target = common.out or sdir / "export"
     written = export_group(setup, evaluate, chosen, target, header)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import optuna
@@ -39,6 +39,8 @@ class GroupTrialReport:
     value: float | None  # the group's objective (None: failed or infeasible)
     ratios: Mapping[str, float]
     reason: str | None
+    # the models whose replay saturated their engine (its requests queued behind the arrivals): the note
+    saturated: Mapping[str, str] = field(default_factory=dict)
 
 
 def _model_attrs(rec: TrialRecord, metric: str) -> dict[str, Any]:
@@ -50,6 +52,7 @@ def _model_attrs(rec: TrialRecord, metric: str) -> dict[str, Any]:
         "reason": rec.reason,
         "command": list(rec.command),
         "log_path": rec.log_path,
+        "saturated": rec.saturated,
     }
 
 
@@ -107,6 +110,7 @@ def run_group_study(
         value: float | None = None
         ratios: Mapping[str, float] = {}
         reason: str | None
+        saturated: dict[str, str] = {}
         if infeasible:
             reason = "infeasible before launch: " + "; ".join(infeasible)
             trial.set_user_attr("group_reason", reason)
@@ -115,10 +119,13 @@ def run_group_study(
         else:
             result = evaluate(trial.number, split, values, baseline)
             value, ratios, reason = _tell(study, trial, setup, result), result.score.ratios, result.reason
+            saturated = {
+                n: r.figures.saturation_note for n, r in result.records.items() if r.saturated and r.figures
+            }
             if kind == "baseline":
                 baseline = result
         if on_done is not None:
-            on_done(GroupTrialReport(trial.number, kind, dict(split), value, dict(ratios), reason))
+            on_done(GroupTrialReport(trial.number, kind, dict(split), value, dict(ratios), reason, saturated))
         if kind == "baseline" and baseline is not None and baseline.measured and not baseline.ok:
             log.warning("the baseline group is measured but misses: %s; it stays the reference", reason)
         if kind == "baseline" and (baseline is None or not baseline.measured):

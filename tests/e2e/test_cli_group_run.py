@@ -133,3 +133,49 @@ engine_args: [--max-model-len=2048]
     assert base.user_attrs["model:rag"]["status"] == "ok" and base.user_attrs["model:rag"]["figures"]
     assert trials[1].user_attrs["group_ratios"]  # the prior's group measured against that baseline
     assert not processes_marked(mark)
+
+
+def test_a_model_that_saturates_its_engine_is_said_after_each_trial_and_at_the_end(
+    tmp_path: Path, mark: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fake engines serve one request at a time and rag's requests arrive together: rag's
+    figures are its queue. Each trial line is followed by a line naming rag; the end says that the
+    best is no evidence of a better split (issue 36's saturation, for a group)."""
+    monkeypatch.setenv(MARK_ENV, mark)
+    monkeypatch.setenv("FAKE_SERIAL", "1")
+    monkeypatch.setenv("FAKE_TTFT_S", "0.05")
+    l8, l2 = make_tiny_model(tmp_path / "l8", layers=8), make_tiny_model(tmp_path / "l2", layers=2)
+    burst = tmp_path / "burst.jsonl"
+    burst.write_text(
+        "".join(
+            f'{{"prompt": "q{i} {"word " * 20}", "max_tokens": 8, "timestamp": {i * 0.02}}}\n'
+            for i in range(30)
+        )
+    )
+    calm = tmp_path / "calm.jsonl"
+    calm.write_text(
+        "".join(f'{{"prompt": "c{i} hello", "max_tokens": 4, "timestamp": {i * 0.5}}}\n' for i in range(6))
+    )
+    path = tmp_path / "group.yaml"
+    path.write_text(f"""\
+models:
+  - {{name: rag, model: {l8}, workload: {burst}}}
+  - {{name: chat, model: {l2}, workload: {calm}}}
+share: {{kv_cache_memory_bytes: 64M}}
+engine_args: [--max-model-len=2048]
+""")
+    args = ["run", "-f", str(path), "--launcher", " ".join(FAKE_LAUNCHER), "--studies-dir", str(tmp_path / "s"),
+            "--no-check-args", "--n-trials", "2", "--warmup", "0", "--study", "g", "--confirm-rounds", "0",
+            "--out", str(tmp_path / "export")]  # fmt: skip
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, f"{res.output}\n{res.exception!r}"
+    lines = res.output.splitlines()
+    for number in (0, 1):
+        at = next(i for i, ln in enumerate(lines) if ln.startswith(f"trial {number} ("))
+        assert lines[at + 1].startswith("  rag saturated its engine: its requests queued"), lines[at : at + 3]
+    assert not any(ln.startswith("  chat saturated") for ln in lines), res.output
+    assert "rag saturated its engine in every measured group trial (2 of 2)" in res.output, res.output
+    trials = optuna.load_study(study_name="g", storage=f"sqlite:///{tmp_path / 's' / 'g.db'}").trials
+    assert all(t.user_attrs["model:rag"]["saturated"] is True for t in trials)
+    assert all(t.user_attrs["model:chat"]["saturated"] is False for t in trials)
+    assert not processes_marked(mark)
