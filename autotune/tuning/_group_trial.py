@@ -178,7 +178,11 @@ class GroupEvaluator:
         base_tput = None if baseline is None else baseline.figures(name, "output_throughput")
         figures = rec.figures.raw if rec.figures is not None else None
         cons = obj.constraints(figures, base_tput, feasible=value is not None)
-        broken = tuple(f"{c} not met" for c, v in zip(obj.constraint_names(), cons, strict=True) if v > 0)
+        broken = tuple(
+            _broken(c, rec, base_tput, obj.min_throughput_ratio, obj.slos_ms)
+            for c, v in zip(obj.constraint_names(), cons, strict=True)
+            if v > 0
+        )
         return ModelOutcome(
             name=name,
             value=value,
@@ -187,3 +191,22 @@ class GroupEvaluator:
             violations=broken if value is not None else (),
             failure=None if rec.status == TrialStatus.OK else (rec.reason or rec.failure),
         )
+
+
+def _broken(
+    name: str, rec: TrialRecord, base_tput: float | None, min_ratio: float, slos_ms: Mapping[str, float]
+) -> str:
+    """A broken constraint with the figures that broke it ("throughput_vs_baseline not met (38.1
+    tok/s, 86% of its baseline's 44.3; at least 90%)")."""
+    f = rec.figures
+    if f is None:
+        return f"{name} not met"
+    if name == "throughput_vs_baseline" and base_tput:
+        got = f.output_throughput
+        return (
+            f"{name} not met ({got:.1f} tok/s, {got / base_tput:.0%} of its baseline's {base_tput:.1f}; "
+            f"at least {min_ratio:.0%})"
+        )
+    if name.startswith("slo:") and (value := f.get(name[4:])) is not None:
+        return f"{name} not met ({value:.0f} ms, at most {slos_ms[name[4:]]:.0f} ms)"
+    return f"{name} not met"
