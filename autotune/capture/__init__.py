@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from autotune.capture._proxy import capture_app
 from autotune.capture._recorder import RecorderConfig, TrafficRecorder
-from autotune.capture._records import CapturedRequest
 
-__all__ = ["CapturedRequest", "RecorderConfig", "TrafficRecorder", "capture_app"]
+__all__ = [
+    "RecorderConfig",
+    "TrafficRecorder",
+    "capture_app",
+]

@@ -9,16 +9,9 @@ from autotune.engine._cpu_dtype import FLOAT32_KV_SCALE, serves_float32
 from autotune.engine._launch import LaunchSpec
 from autotune.engine._lease import GpuLease
 from autotune.engine._lmcache_ops import lmcache_ops
-from autotune.engine._logscan import FailureClass, failure_excerpt, kernel_fallback_note
+from autotune.engine._logscan import FailureClass, kernel_fallback_note
 from autotune.engine._notes import startup_warnings
-from autotune.engine._platform import (
-    CPU_FLAGS_ENV,
-    Build,
-    cpu_build_isa_note,
-    cpu_flags,
-    default_launcher,
-    installed_engine,
-)
+from autotune.engine._platform import CPU_FLAGS_ENV, cpu_build_isa_note, default_launcher, installed_engine
 from autotune.engine._process import EngineProcess
 from autotune.engine._profiles import (
     EngineProfile,
@@ -41,7 +34,6 @@ __all__ = [
     "FLOAT32_KV_SCALE",
     "VLLM",
     "ArgChecker",
-    "Build",
     "CleanReport",
     "ConnectorHits",
     "Engine",
@@ -57,10 +49,8 @@ __all__ = [
     "clean_stale_shm",
     "connector_hits",
     "cpu_build_isa_note",
-    "cpu_flags",
     "default_launcher",
     "detect_profile",
-    "failure_excerpt",
     "install_signal_handlers",
     "installed_engine",
     "kernel_fallback_note",

@@ -10,10 +10,7 @@ from __future__ import annotations
 from autotune.memory._estimate import (
     CPU_RUNTIME_RESERVE_BYTES,
     CUDA_GRAPH_RESERVE_BYTES,
-    NON_TORCH_RESERVE_BYTES,
-    PROFILED_KV_TOLERANCE_BYTES,
     GiB,
-    MemoryEstimate,
     Platform,
     activation_reserve_bytes,
     cpu_kv_tokens,
@@ -22,7 +19,6 @@ from autotune.memory._estimate import (
     weight_bytes,
 )
 from autotune.memory._feasibility import (
-    CUDA_CONTEXT_BYTES,
     DEFAULT_HOST_SHARE,
     FeasibilityInput,
     FeasibilityVerdict,
@@ -41,25 +37,14 @@ from autotune.memory._machine import (
     SystemProbe,
     read_machine_facts,
 )
-from autotune.memory._sampler import (
-    GPU_FULL_MARGIN_BYTES,
-    HOST_FULL_SHARE,
-    MemoryPeak,
-    MemorySampler,
-    memory_constraint_violations,
-)
-from autotune.memory._shape import ModelShape, dtype_bytes, kv_dtype_bytes
+from autotune.memory._sampler import MemoryPeak, MemorySampler, memory_constraint_violations
+from autotune.memory._shape import ModelShape, kv_dtype_bytes
 
 __all__ = [
     "CPU_RUNTIME_RESERVE_BYTES",
-    "CUDA_CONTEXT_BYTES",
     "CUDA_GRAPH_RESERVE_BYTES",
     "DEFAULT_HOST_SHARE",
-    "GPU_FULL_MARGIN_BYTES",
-    "HOST_FULL_SHARE",
     "HOST_MEMORY_ENV",
-    "NON_TORCH_RESERVE_BYTES",
-    "PROFILED_KV_TOLERANCE_BYTES",
     "DiskSpace",
     "FeasibilityInput",
     "FeasibilityVerdict",
@@ -69,7 +54,6 @@ __all__ = [
     "GpuSubsetProbe",
     "MachineFacts",
     "MachineProbe",
-    "MemoryEstimate",
     "MemoryPeak",
     "MemorySampler",
     "ModelShape",
@@ -80,7 +64,6 @@ __all__ = [
     "check_feasibility",
     "clamp_offload_range",
     "cpu_kv_tokens",
-    "dtype_bytes",
     "estimate_memory",
     "host_offload_bytes",
     "kv_dtype_bytes",

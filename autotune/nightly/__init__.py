@@ -3,27 +3,19 @@ gain, flag regressions against tonight's own noise, and keep one record per nigh
 
 from __future__ import annotations
 
-from autotune.nightly._fingerprint import describe_changes, fingerprints
-from autotune.nightly._history import NIGHT_ATTR, NightRecord, last_night, nights, save_night
+from autotune.nightly._history import NightRecord, save_night
 from autotune.nightly._night import NightOptions, run_night
 from autotune.nightly._plan import process_start
-from autotune.nightly._promote import PromoteResult, keep_promoted, promoted_history, rollback, run_on_promote
+from autotune.nightly._promote import keep_promoted, promoted_history, rollback, run_on_promote
 from autotune.nightly._replay_bound import bound_night_replay
-from autotune.nightly._reports import HistoryTable, history_table, write_night_reports
+from autotune.nightly._reports import history_table, write_night_reports
 
 __all__ = [
-    "NIGHT_ATTR",
-    "HistoryTable",
     "NightOptions",
     "NightRecord",
-    "PromoteResult",
     "bound_night_replay",
-    "describe_changes",
-    "fingerprints",
     "history_table",
     "keep_promoted",
-    "last_night",
-    "nights",
     "process_start",
     "promoted_history",
     "rollback",

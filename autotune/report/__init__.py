@@ -7,14 +7,12 @@ through :mod:`autotune.tuning`; writes only the file it is asked to write.
 
 from __future__ import annotations
 
-from autotune.report._html import PLOTLY_JS, write_plotly_js
-from autotune.report._nightly import Night, write_nightly_index
+from autotune.report._html import write_plotly_js
+from autotune.report._nightly import write_nightly_index
 from autotune.report._nights import figure_text
 from autotune.report._study import render_study_report, write_study_report
 
 __all__ = [
-    "PLOTLY_JS",
-    "Night",
     "figure_text",
     "render_study_report",
     "write_nightly_index",

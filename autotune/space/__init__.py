@@ -12,18 +12,10 @@ from autotune.space._argv import (
 )
 from autotune.space._fixed import fix_space
 from autotune.space._load import load_search_space
-from autotune.space._model import PROFILE_NAMES, Condition, FixedBy, Parameter, RenderTarget, SearchSpace
+from autotune.space._model import PROFILE_NAMES, Condition, Parameter, SearchSpace
 from autotune.space._profile import EngineProfileLike, apply_profile, describe_target
 from autotune.space._render import RenderedConfig, describe_values, merge_json, render_values
-from autotune.space._roles import (
-    HOST_POOL_FIELDS,
-    MEMORY_ROLES,
-    ROLES,
-    Role,
-    RoleNames,
-    legacy_roles,
-    measured_bytes,
-)
+from autotune.space._roles import HOST_POOL_FIELDS, MEMORY_ROLES, ROLES, RoleNames, measured_bytes
 
 __all__ = [
     "HOST_POOL_FIELDS",
@@ -32,12 +24,9 @@ __all__ = [
     "ROLES",
     "Condition",
     "EngineProfileLike",
-    "FixedBy",
     "FlagPairs",
     "Parameter",
-    "RenderTarget",
     "RenderedConfig",
-    "Role",
     "RoleNames",
     "SearchSpace",
     "apply_profile",
@@ -47,7 +36,6 @@ __all__ = [
     "flag_pairs",
     "flag_stem",
     "flags_to_argv",
-    "legacy_roles",
     "load_search_space",
     "measured_bytes",
     "merge_flag_items",

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from autotune.spec._duration import parse_duration
 from autotune.spec._file import (
-    StudyFile,
     field_meta,
     fields_for,
     load_study_file,
@@ -15,28 +14,17 @@ from autotune.spec._file import (
     spec_fingerprint,
     study_record,
 )
-from autotune.spec._group import (
-    GroupFile,
-    GroupMember,
-    GroupShare,
-    is_group_file,
-    load_group_file,
-    parse_bytes,
-)
+from autotune.spec._group import GroupFile, load_group_file, parse_bytes
 from autotune.spec._model import COMMANDS, StudySpec
 from autotune.spec._render import commented_study_file
 
 __all__ = [
     "COMMANDS",
     "GroupFile",
-    "GroupMember",
-    "GroupShare",
-    "StudyFile",
     "StudySpec",
     "commented_study_file",
     "field_meta",
     "fields_for",
-    "is_group_file",
     "load_group_file",
     "load_study_file",
     "parse_bytes",

@@ -11,15 +11,9 @@ from autotune.study._baseline import (
     render_reference,
 )
 from autotune.study._best import best_feasible, completed_trials, in_scope, unmeasured
-from autotune.study._gates import Gate, GateVerdict, standard_gates
-from autotune.study._group_objective import (
-    GROUP_MODES,
-    GroupMode,
-    GroupScore,
-    ModelOutcome,
-    group_score,
-)
-from autotune.study._journal import PendingJournal, storage_fault
+from autotune.study._gates import GateVerdict, standard_gates
+from autotune.study._group_objective import GroupMode, GroupScore, ModelOutcome, group_score
+from autotune.study._journal import PendingJournal
 from autotune.study._measure import TrialMeasure, suggest_values
 from autotune.study._objective import Objective, parse_slo
 from autotune.study._orphans import fail_orphaned_trials
@@ -27,7 +21,6 @@ from autotune.study._policy import TrialPolicy
 from autotune.study._pruner import IncumbentPruner
 from autotune.study._record import (
     BASELINE_ATTR,
-    RECORD_VERSION,
     Evaluator,
     Figures,
     Metrics,
@@ -41,39 +34,19 @@ from autotune.study._record import (
     write_record,
 )
 from autotune.study._runner import StudyRunner, TrialHooks, TrialReport, run_study
-from autotune.study._split import (
-    SPLIT_PREFIX,
-    member_params,
-    split_fractions,
-    split_params,
-    suggest_member,
-    suggest_split,
-)
+from autotune.study._split import member_params, split_fractions, split_params, suggest_member, suggest_split
 from autotune.study._storage import STORAGE_ENV, open_storage, redact_url, resolve_storage_url
 from autotune.study._summary import baseline_saturation, failure_summary, saturation_summary
-from autotune.study._trust import (
-    COST_BAND,
-    COST_FIGURES,
-    ExportChoice,
-    PassedOver,
-    choose_export,
-    export_costs,
-)
+from autotune.study._trust import COST_FIGURES, choose_export, export_costs
 from autotune.study._units import figure_text, unit
 
 __all__ = [
     "BASELINE_ATTR",
-    "COST_BAND",
     "COST_FIGURES",
-    "GROUP_MODES",
-    "RECORD_VERSION",
     "REFERENCE_ATTR",
-    "SPLIT_PREFIX",
     "STORAGE_ENV",
     "Evaluator",
-    "ExportChoice",
     "Figures",
-    "Gate",
     "GateVerdict",
     "GroupMode",
     "GroupScore",
@@ -81,7 +54,6 @@ __all__ = [
     "Metrics",
     "ModelOutcome",
     "Objective",
-    "PassedOver",
     "PendingJournal",
     "Prestarter",
     "StudyRunner",
@@ -118,7 +90,6 @@ __all__ = [
     "split_fractions",
     "split_params",
     "standard_gates",
-    "storage_fault",
     "store_constraints",
     "suggest_member",
     "suggest_split",

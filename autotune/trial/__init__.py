@@ -17,30 +17,19 @@ from autotune.trial._compare import (
 )
 from autotune.trial._evaluator import VllmEvaluator, no_success_reason
 from autotune.trial._fit_requests import check_request_sizes, model_max_len
-from autotune.trial._memory_guard import (
-    PP_FLAGS,
-    TP_FLAGS,
-    MemoryGuard,
-    clamp_space,
-    flag_int,
-    parallel_ranks,
-)
+from autotune.trial._memory_guard import PP_FLAGS, TP_FLAGS, MemoryGuard, clamp_space, flag_int
 from autotune.trial._passes import (
-    AUTO_PASS_BUDGET,
     DEV_MODE_ENV,
     MAX_AUTO_PASSES,
     PassPlan,
-    PassResult,
     combine_passes,
     parse_passes,
     reset_leak,
-    reset_prefix_cache,
     spread,
 )
 from autotune.trial._requests import read_request_timings, write_request_timings
 
 __all__ = [
-    "AUTO_PASS_BUDGET",
     "DEV_MODE_ENV",
     "MAX_AUTO_PASSES",
     "PP_FLAGS",
@@ -49,7 +38,6 @@ __all__ = [
     "Comparison",
     "MemoryGuard",
     "PassPlan",
-    "PassResult",
     "VllmEvaluator",
     "check_request_sizes",
     "clamp_space",
@@ -61,12 +49,10 @@ __all__ = [
     "flag_int",
     "model_max_len",
     "no_success_reason",
-    "parallel_ranks",
     "parse_passes",
     "read_measurement",
     "read_request_timings",
     "reset_leak",
-    "reset_prefix_cache",
     "significant_gain",
     "spread",
     "write_request_timings",

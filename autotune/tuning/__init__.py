@@ -4,13 +4,11 @@ per GPU or tensor-parallel group (:func:`plan_groups`, :func:`run_parallel`, :fu
 
 from __future__ import annotations
 
-from autotune.tuning._bench import BENCH_KIND, BenchResult, bench_server
+from autotune.tuning._bench import bench_server
 from autotune.tuning._confirm import confirm_best
-from autotune.tuning._dry_run import CommandPreview, preview_commands
+from autotune.tuning._dry_run import preview_commands
 from autotune.tuning._fingerprint import (
     FINGERPRINT_ATTR,
-    SPEC_ATTR,
-    SPEC_FINGERPRINT_ATTR,
     check_fingerprint,
     effective_fingerprint,
     record_effective_study,
@@ -18,87 +16,48 @@ from autotune.tuning._fingerprint import (
     study_fingerprint,
 )
 from autotune.tuning._gpus import GpuGroup, for_gpus, on_gpus, parse_gpus, plan_groups, record_devices
-from autotune.tuning._group import (
-    GroupBudget,
-    GroupModel,
-    GroupSetup,
-    build_group,
-    equal_split,
-    share_parameter,
-)
-from autotune.tuning._group_export import (
-    GroupConfirmation,
-    GroupExport,
-    baseline_group_trial,
-    best_group_trial,
-    confirm_group,
-    export_group,
-)
-from autotune.tuning._group_preview import EnginePreview, GroupPreview, preview_group
-from autotune.tuning._group_prior import PriorSplit, prior_split
+from autotune.tuning._group import GroupSetup, build_group
+from autotune.tuning._group_export import baseline_group_trial, best_group_trial, confirm_group, export_group
+from autotune.tuning._group_preview import GroupPreview, preview_group
+from autotune.tuning._group_prior import prior_split
 from autotune.tuning._group_study import GroupTrialReport, run_group_study
-from autotune.tuning._group_trial import GroupEvaluator, GroupTrialResult
+from autotune.tuning._group_trial import GroupEvaluator
 from autotune.tuning._lock import StudyLock, claim_worker_slot
-from autotune.tuning._model import check_model, looks_like_hub_name
-from autotune.tuning._open import FORMATS_ATTR, OpenedStudy, open_study, study_directory
+from autotune.tuning._open import FORMATS_ATTR, open_study, study_directory
 from autotune.tuning._policy import TrialScope
 from autotune.tuning._reference import BaselinePlan, plan_baseline, recheck_baseline
-from autotune.tuning._setup import (
-    TuningSetup,
-    arrival_spec,
-    build_setup,
-    check_study_name,
-    describe_params,
-)
+from autotune.tuning._setup import TuningSetup, build_setup, check_study_name
 from autotune.tuning._worker import RUN_ATTR, WorkerSpec, run_worker, study_choices
 from autotune.tuning._workers import ParallelRun, run_parallel
 
 __all__ = [
-    "BENCH_KIND",
     "FINGERPRINT_ATTR",
     "FORMATS_ATTR",
     "RUN_ATTR",
-    "SPEC_ATTR",
-    "SPEC_FINGERPRINT_ATTR",
     "BaselinePlan",
-    "BenchResult",
-    "CommandPreview",
-    "EnginePreview",
     "GpuGroup",
-    "GroupBudget",
-    "GroupConfirmation",
     "GroupEvaluator",
-    "GroupExport",
-    "GroupModel",
     "GroupPreview",
     "GroupSetup",
     "GroupTrialReport",
-    "GroupTrialResult",
-    "OpenedStudy",
     "ParallelRun",
-    "PriorSplit",
     "StudyLock",
     "TrialScope",
     "TuningSetup",
     "WorkerSpec",
-    "arrival_spec",
     "baseline_group_trial",
     "bench_server",
     "best_group_trial",
     "build_group",
     "build_setup",
     "check_fingerprint",
-    "check_model",
     "check_study_name",
     "claim_worker_slot",
     "confirm_best",
     "confirm_group",
-    "describe_params",
     "effective_fingerprint",
-    "equal_split",
     "export_group",
     "for_gpus",
-    "looks_like_hub_name",
     "on_gpus",
     "open_study",
     "parse_gpus",
@@ -113,7 +72,6 @@ __all__ = [
     "run_group_study",
     "run_parallel",
     "run_worker",
-    "share_parameter",
     "space_change_note",
     "study_choices",
     "study_directory",

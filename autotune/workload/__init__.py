@@ -6,7 +6,7 @@ with one line each, naming the file, line and field.
 
 from __future__ import annotations
 
-from autotune.workload._anonymize import Anonymizer, AnonymizeResult, anonymize_workload, request_record
+from autotune.workload._anonymize import Anonymizer, anonymize_workload, request_record
 from autotune.workload._arrivals import arrival_offsets
 from autotune.workload._folder import (
     TrafficStats,
@@ -29,7 +29,6 @@ from autotune.workload._tokens import (
 )
 
 __all__ = [
-    "AnonymizeResult",
     "Anonymizer",
     "ChatMessage",
     "ImportResult",
