@@ -196,8 +196,8 @@ class GroupEvaluator:
 def _broken(
     name: str, rec: TrialRecord, base_tput: float | None, min_ratio: float, slos_ms: Mapping[str, float]
 ) -> str:
-    """A broken constraint with the figures that broke it ("throughput_vs_baseline not met (38.1
-    tok/s, 86% of its baseline's 44.3; at least 90%)")."""
+    """A broken constraint with the figures that broke it: the throughput floor with the model's
+    tok/s, its share of its baseline's and the floor; an SLO with the figure and its limit."""
     f = rec.figures
     if f is None:
         return f"{name} not met"
