@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from autotune.errors import AutotuneError, ConfigError
-from autotune.memory import MachineFacts, read_machine_facts
+from autotune.memory import GiB, GpuMemory, MachineFacts, read_machine_facts
 from autotune.space import RenderedConfig, SearchSpace, render_values
 from autotune.spec import GroupFile, resolve_spec
 from autotune.trial import model_max_len
@@ -126,6 +126,22 @@ class GroupModel:
         return f"{self.name}: {'; '.join(verdict.reasons)}" if verdict.reasons else None
 
 
+def gpus_over(shares: Mapping[str, float], gpus: Sequence[GpuMemory]) -> str | None:
+    """Why the engines' GPU shares, started together, pass a GPU's free memory as NVML reads it now
+    (each engine's own check sees the whole free memory; together they need the sum). None: they fit."""
+    want = sum(shares.values())
+    for g in gpus:
+        if g.total and want * g.total > g.free:
+            parts = " + ".join(f"{n} {s:.3f}" for n, s in shares.items())
+            return (
+                f"the group's GPU shares ({parts} = {want:.3f} of GPU {g.index}'s {g.total / GiB:.1f} GiB: "
+                f"{want * g.total / GiB:.1f} GiB) pass its free memory now ({g.free / GiB:.1f} GiB, NVML): each "
+                "engine alone would start, together they would not (fix: a smaller share.gpu_memory_utilization, "
+                "or free the GPU)"
+            )
+    return None
+
+
 @dataclass(frozen=True)
 class GroupSetup:
     """The group's models (in file order), the budget they split and the baseline's split."""
@@ -154,7 +170,10 @@ class GroupSetup:
             m.infeasible(self.budget, split[m.name], (values or {}).get(m.name, {}), facts)
             for m in self.models
         ]
-        return tuple(r for r in [*reasons, self.pools_over(values or {})] if r)
+        together = None
+        if self.budget.flag == "--gpu-memory-utilization":
+            together = gpus_over({m.name: self.budget.used(split[m.name]) for m in self.models}, facts.gpus)
+        return tuple(r for r in [*reasons, self.pools_over(values or {}), together] if r)
 
     def pools_over(self, values: Mapping[str, Mapping[str, Any]]) -> str | None:
         """Why the models' KV-offload pools together pass the group's host budget (None: they do not)."""

@@ -150,3 +150,17 @@ def test_offload_pools_past_the_groups_host_pool_are_infeasible_before_launch(
         assert group.pools_over({"rag": pool, "chat": {"cpu_swap_space_gb": 0}}) is None
         why = group.pools_over({"rag": pool, "chat": pool})
         assert why == "the KV-offload pools (rag 8, chat 8 GiB) pass the group's host pool of 8 GiB"
+
+
+def test_gpu_shares_that_fit_alone_but_not_together_are_infeasible_by_nvmls_free_memory() -> None:
+    """On GPUs each engine's own check sees the whole free memory; two engines started together
+    need the sum of their shares (issue 39: checked against NVML's free memory before launch)."""
+    from autotune.memory import GiB, GpuMemory
+    from autotune.tuning._group import gpus_over
+
+    gpu = GpuMemory(index=0, name="H200", total=140 * GiB, free=100 * GiB, used=40 * GiB)
+    assert gpus_over({"qwen": 0.45, "coder": 0.2}, [gpu]) is None  # 91 GiB of 100 free
+    why = gpus_over({"qwen": 0.45, "coder": 0.45}, [gpu])  # 126 GiB: each alone (63) would start
+    assert why is not None and "0.900 of GPU 0's 140.0 GiB: 126.0 GiB" in why and "(100.0 GiB, NVML)" in why
+    other = GpuMemory(index=1, name="H200", total=140 * GiB, free=60 * GiB, used=80 * GiB)
+    assert "GPU 1" in (gpus_over({"qwen": 0.45}, [gpu, other]) or "")  # every GPU the group runs on
