@@ -63,6 +63,15 @@ def _run(setup: GroupSetup, common: StudySpec) -> int:
         for line in prior.lines:
             out.print(f"# {line}", markup=False, soft_wrap=True)
     evaluate = GroupEvaluator(setup, sdir / "logs", check_args=common.check_args)
+    earlier = baseline_group_trial(study)
+    if earlier is not None:
+        done = sum(t.state.is_finished() for t in study.get_trials(deepcopy=False))
+        out.print(
+            f"# resuming study {name}: {done} group trial(s) stand, the baseline group is trial {earlier.number}; "
+            f"{common.n_trials} more",
+            markup=False,
+            soft_wrap=True,
+        )
 
     saturated: dict[str, list[int]] = {}  # model -> the trials it saturated in, of this run's
     measured: list[int] = []  # this run's trials that measured every model

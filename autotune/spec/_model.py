@@ -199,8 +199,9 @@ class StudySpec(BaseModel):
 
     # --- how much to run -------------------------------------------------------------------------
     n_trials: int = _opt(
-        10, "Trials to run now, the baseline included: this many MORE when resuming (worker: at most this many).",
-        commands=("run", "worker"), minimum=1,
+        10, "Trials to run now, the baseline included: this many MORE when resuming (worker: at most this many); "
+        "0: none, the study's best is confirmed and exported as it stands.",
+        commands=("run", "worker"), minimum=0,
     )  # fmt: skip
     total_trials: int | None = _opt(
         None, "Instead of --n-trials: run until the study has this many finished trials in all (re-running the "

@@ -18,7 +18,16 @@ from typing import Any
 import optuna
 
 from autotune.errors import AutotuneError
-from autotune.study import TrialRecord, split_params, store_constraints, suggest_member, suggest_split
+from autotune.study import (
+    Figures,
+    GroupScore,
+    TrialRecord,
+    TrialStatus,
+    split_params,
+    store_constraints,
+    suggest_member,
+    suggest_split,
+)
 from autotune.tuning._group import GroupSetup
 from autotune.tuning._group_trial import GroupEvaluator, GroupTrialResult
 
@@ -54,6 +63,21 @@ def _model_attrs(rec: TrialRecord, metric: str) -> dict[str, Any]:
         "log_path": rec.log_path,
         "saturated": rec.saturated,
     }
+
+
+def stored_baseline(study: optuna.Study, setup: GroupSetup) -> GroupTrialResult | None:
+    """The baseline group an earlier run of ``study`` measured (every model's figures), as the
+    later trials read it; None when it has none."""
+    for t in study.get_trials(deepcopy=False):
+        attrs = [t.user_attrs.get(f"model:{n}") or {} for n in setup.names]
+        if t.user_attrs.get("group_trial") == "baseline" and all(a.get("status") == "ok" for a in attrs):
+            records = {
+                n: TrialRecord(status=TrialStatus.OK, figures=Figures(dict(a.get("figures") or {})))
+                for n, a in zip(setup.names, attrs, strict=True)
+            }
+            score = GroupScore(t.value, dict(t.user_attrs.get("group_ratios") or {}), ())
+            return GroupTrialResult(records, score, None, t.user_attrs.get("group_reason"))
+    return None
 
 
 def _ask(
@@ -96,10 +120,17 @@ def run_group_study(
     first: Mapping[str, float] | None = None,
     on_done: Callable[[GroupTrialReport], None] | None = None,
 ) -> optuna.Study:
-    """``n_trials`` group trials into ``study`` (minimised): the baseline group, the prior's split,
-    then sampled ones. The baseline group failing stops the study (nothing to compare with)."""
-    kinds = ["baseline", *(["prior"] if first is not None else []), *["sampled"] * n_trials][:n_trials]
-    baseline: GroupTrialResult | None = None
+    """``n_trials`` more group trials into ``study`` (minimised): the baseline group, the prior's
+    split, then sampled ones; a resumed study keeps the baseline group and the prior's split it has
+    measured (every later trial is held against that baseline). The baseline group failing stops
+    the study (nothing to compare with)."""
+    baseline = stored_baseline(study, setup)
+    prior_done = any(t.user_attrs.get("group_trial") == "prior" for t in study.get_trials(deepcopy=False))
+    kinds = [
+        *([] if baseline is not None else ["baseline"]),
+        *(["prior"] if first is not None and not prior_done else []),
+        *["sampled"] * n_trials,
+    ][:n_trials]
     for kind in kinds:
         trial, split, values = _ask(study, setup, kind, first)
         trial.set_user_attr("group_trial", kind)

@@ -179,3 +179,40 @@ engine_args: [--max-model-len=2048]
     assert all(t.user_attrs["model:rag"]["saturated"] is True for t in trials)
     assert all(t.user_attrs["model:chat"]["saturated"] is False for t in trials)
     assert not processes_marked(mark)
+
+
+def test_a_resumed_group_study_keeps_its_baseline_and_n_trials_0_confirms_and_exports(
+    tmp_path: Path, mark: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Run 1 measures the baseline group and the prior's split; run 2 (``--n-trials 0``) runs no trial
+    and confirms and exports what the study holds; run 3 adds one sampled trial, held against the
+    baseline group of run 1 (no second baseline, no second prior's split)."""
+    monkeypatch.setenv(MARK_ENV, mark)
+    l8, l2 = make_tiny_model(tmp_path / "l8", layers=8), make_tiny_model(tmp_path / "l2", layers=2)
+    space = write_fake_space(tmp_path)
+    path = tmp_path / "group.yaml"
+    path.write_text(f"""\
+models:
+  - {{name: rag, model: {l8}, workload: {REPO / "examples" / "rag.jsonl"}, space: {space}}}
+  - {{name: chat, model: {l2}, workload: {REPO / "examples" / "support_chat.jsonl"}, space: {space}}}
+share: {{kv_cache_memory_bytes: 64M}}
+engine_args: [--max-model-len=2048]
+""")
+    studies = tmp_path / "studies"
+    common = ["run", "-f", str(path), "--launcher", " ".join(FAKE_LAUNCHER), "--studies-dir", str(studies),
+              "--no-check-args", "--max-requests", "6", "--warmup", "0", "--study", "g"]  # fmt: skip
+
+    def run(*extra: str) -> str:
+        res = CliRunner().invoke(app, [*common, *extra])
+        assert res.exit_code == 0, f"{res.output}\n{res.exception!r}"
+        return res.output
+
+    run("--n-trials", "2", "--confirm-rounds", "0", "--out", str(tmp_path / "e1"))
+    second = run("--n-trials", "0", "--confirm-rounds", "1", "--out", str(tmp_path / "e2"))
+    assert "# resuming study g: 2 group trial(s) stand, the baseline group is trial 0; 0 more" in second
+    assert "trial 2 (" not in second and (tmp_path / "e2" / "launch.sh").exists()
+    third = run("--n-trials", "1", "--confirm-rounds", "0", "--out", str(tmp_path / "e3"))
+    trials = optuna.load_study(study_name="g", storage=f"sqlite:///{studies / 'g.db'}").trials
+    assert [t.user_attrs["group_trial"] for t in trials] == ["baseline", "prior", "sampled"], third
+    assert trials[2].user_attrs["group_ratios"]  # measured against run 1's baseline group
+    assert not processes_marked(mark)
