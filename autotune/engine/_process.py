@@ -335,7 +335,18 @@ class EngineProcess:
             shm = os.path.realpath(self.shm_dir)
             ledger = attributed_files(read_ledger(self.run_dir.ledger))
             own = [p for p in ledger if p.name in new and os.path.realpath(p.parent) == shm]
-            self.shm_report = remove_unheld(own)
+            report = remove_unheld(own)
+            deadline = time.monotonic() + 2.0  # the engine's own files: a holder is a process still exiting
+            while report.kept_in_use and time.monotonic() < deadline:
+                time.sleep(0.2)
+                again = remove_unheld(list(report.kept_in_use))
+                report = CleanReport(
+                    report.removed + again.removed,
+                    again.kept_in_use,
+                    report.skipped + again.skipped,
+                    report.freed_bytes + again.freed_bytes,
+                )
+            self.shm_report = report
         except OSError as exc:  # never let hygiene hide the trial's own outcome
             log.warning("could not clean %s after vLLM stopped: %s", self.shm_dir, exc)
         finally:
