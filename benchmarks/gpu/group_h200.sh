@@ -17,7 +17,8 @@
 #        start together, both workloads replay at once); no confirmation yet.
 # ab:    the same study resumed with no new trial: the best group against the baseline group,
 #        A B A B (2 rounds), then the export (one YAML per model and launch.sh) under $OUT.
-# The study lives in /root/grp between calls; each call's files come back under $OUT.
+# The study lives in /root/grp between calls; each call's files come back under $OUT. T=S: the step's
+# time limit (default 560 s; less where one call also installs).
 set -uo pipefail
 STEP=${1:?usage: group_h200.sh dry|study|ab}
 source .gpu/s/env.sh
@@ -53,7 +54,7 @@ run() {  # the tool, timed; what it printed under $OUT
   local name=$1; shift
   snap > "$OUT/gpu-$name.txt"
   t0=$(date +%s)
-  { time timeout -s INT 560 python3 -m autotune run -f "$G" --study grp --studies-dir "$R" "$@" ; } \
+  { time timeout -s INT "${T:-560}" python3 -m autotune run -f "$G" --study grp --studies-dir "$R" "$@" ; } \
     > "$OUT/$name.stdout" 2> "$OUT/$name.stderr"
   echo "$name: exit $? after $(( $(date +%s) - t0 )) s" | tee -a "$OUT/gpu-$name.txt"
   left_over | tee -a "$OUT/gpu-$name.txt"
