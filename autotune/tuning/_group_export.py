@@ -1,7 +1,7 @@
 """A group study's end: the best group re-measured against the baseline group, then exported.
 
 Confirmation (as for one engine, ``tuning/_confirm.py``): the baseline group and the best group run
-alternately, A B A B, ``rounds`` times each, every engine of a group started together as in a trial.
+alternately, A B A B, ``rounds`` times each, every engine of a group started as in a trial.
 The best group is confirmed when the group's objective on the models' medians (each model's median
 against its own median in the baseline group, folded as the study folds them) beats 1.0 by more
 than ``min_improvement``, no model is worse than its baseline beyond ``min_improvement``, and, with
@@ -11,7 +11,9 @@ group not confirmed is not exported as the best: the baseline group is, and the 
 Export: one ``vllm serve --config`` YAML per model (``NAME.yaml``, the command it was measured with:
 its share of the budget and its own configuration) into the ``out`` folder, each checked by the
 installed vLLM's own parser before anything is written, plus ``launch.sh``, which starts the group as
-it was measured (each engine its own port, from ``base_port`` up, and on the CPU build its own cores).
+it was measured (each engine its own port, from ``base_port`` up, and on the CPU build its own cores;
+engines that share a GPU one at a time, each once the one before it answers ``/health``, as a trial
+starts them: vLLM sizes its KV cache from the memory it sees used while it profiles).
 """
 
 from __future__ import annotations
@@ -62,6 +64,21 @@ def baseline_group_trial(study: optuna.Study) -> optuna.trial.FrozenTrial | None
     return next(
         (t for t in study.get_trials(deepcopy=False) if t.user_attrs.get("group_trial") == "baseline"), None
     )
+
+
+# launch.sh on a shared GPU: the next engine starts once this one answers /health (or the group stops)
+def _up(python: str) -> list[str]:
+    return [
+        "# engines that share a GPU start one at a time: vLLM sizes its KV cache from the memory it sees",
+        "# used while it profiles, and an engine loading beside it would be counted against it",
+        "up() {  # PORT PID NAME",
+        f"  until {shlex.quote(python)} -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=2)' \\",
+        '      "http://127.0.0.1:$1/health" 2>/dev/null; do',
+        '    kill -0 "$2" 2>/dev/null || { echo "launch.sh: $3 exited before it was healthy" >&2; kill 0; exit 1; }',
+        "    sleep 2",
+        "  done",
+        "}",
+    ]
 
 
 @dataclass(frozen=True)
@@ -205,6 +222,10 @@ def export_group(
         'cd "$(dirname "$0")"',
         "trap 'kill 0' INT TERM",
     ]
+    one_at_a_time = evaluate.one_at_a_time
+    if one_at_a_time:
+        first = shlex.split(exports[setup.models[0].name].deploy_command("x.yaml"))[0]
+        lines += _up(first if "python" in Path(first).name else "python3")
     for i, m in enumerate(setup.models):
         path = Path(out_dir) / f"{m.name}.yaml"
         write_export(exports[m.name], path)
@@ -213,6 +234,8 @@ def export_group(
         prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
         run = exports[m.name].deploy_command(path.name) + f" --port {base_port + i}"
         lines.append(f"{prefix + ' ' if prefix else ''}{run} &  # {m.name}")
+        if one_at_a_time and i + 1 < len(setup.models):
+            lines.append(f"up {base_port + i} $! {shlex.quote(m.name)}")
     lines.append("wait")
     launch = Path(out_dir) / "launch.sh"
     fd, tmp = tempfile.mkstemp(prefix=".launch.sh.", dir=out_dir)

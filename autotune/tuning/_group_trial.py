@@ -1,10 +1,14 @@
-"""One trial of a group of models on one server: every engine started together, every workload
-replayed at the same time on its own timeline, each model's figures kept and the group scored.
+"""One trial of a group of models on one server: every engine started, every workload replayed at
+the same time on its own timeline, each model's figures kept and the group scored.
 
 Each model is measured by its own :class:`~autotune.trial.VllmEvaluator` (its own port, log and
 process group under the guardian; on the CPU build its own cores, as ``--workers`` cuts them), on
 a thread of its own. The engines meet at a barrier once each is healthy, so that no workload
-starts before every engine is up. When one engine fails (refused before launch, fails to start,
+starts before every engine is up. On the CPU build they start together (each pool is sized in bytes);
+engines that share a GPU start one at a time, each once the one before it is healthy: vLLM sizes
+its KV cache from the memory it sees used while it profiles, and another engine loading beside it is
+counted against it (on the H200, two engines of 0.25 each started together got 15.8 and 6.0 GiB of
+KV, 15-20 GiB of the other's load read as their own "non-torch memory"; one at a time, 0.22 GiB). When one engine fails (refused before launch, fails to start,
 crashes), the others are stopped: at the barrier at once, during their replay at their next
 checkpoint; each stops its engine on the way out, and the trial fails with that model's reason.
 """
@@ -63,6 +67,7 @@ class _Stop:
     """The group's shared stop: the first model to fail, and the barrier the engines meet at."""
 
     barrier: threading.Barrier
+    turns: tuple[threading.Event, ...]  # turns[i] set: model i may start its engine
     lock: threading.Lock = field(default_factory=threading.Lock)
     failed: str | None = None
     reason: str | None = None
@@ -71,6 +76,8 @@ class _Stop:
         with self.lock:
             if self.failed is None:
                 self.failed, self.reason = name, reason
+        for turn in self.turns:  # a model waiting for its turn to start goes on, to stop
+            turn.set()
         self.barrier.abort()
 
     def why(self) -> str | None:
@@ -79,12 +86,16 @@ class _Stop:
 
 @dataclass(frozen=True)
 class _GroupListener:
-    """One engine's listener in a group trial: up, it waits for the others (the barrier; a broken
-    one stops this engine); at each checkpoint it stops when another engine of the group failed."""
+    """One engine's listener in a group trial: up, it gives the next engine its turn to start and
+    waits for the others (the barrier; a broken one stops this engine); at each checkpoint it stops
+    when another engine of the group failed."""
 
     stop: _Stop
+    index: int
 
     def engine_up(self) -> None:
+        if self.index + 1 < len(self.stop.turns):
+            self.stop.turns[self.index + 1].set()
         try:
             self.stop.barrier.wait()
         except threading.BrokenBarrierError:
@@ -125,7 +136,11 @@ class GroupEvaluator:
         """Trial ``number`` of the group under ``split`` (each model's fraction of the budget) and
         ``values`` (each model's own parameters); ``baseline``: the baseline group's trial (None: this is the baseline group, scored 1.0 against itself)."""
         names = self.setup.names
-        stop = _Stop(threading.Barrier(len(names)))
+        turns = tuple(threading.Event() for _ in names)
+        for i, turn in enumerate(turns):
+            if i == 0 or not self.one_at_a_time:
+                turn.set()
+        stop = _Stop(threading.Barrier(len(names)), turns)
         with ThreadPoolExecutor(max_workers=len(names), thread_name_prefix="group-model") as pool:
             futures = {
                 m.name: pool.submit(self._one, number, m.name, split[m.name], values.get(m.name, {}), stop)
@@ -138,14 +153,22 @@ class GroupEvaluator:
                 raise
         return self._result(records, stop, baseline)
 
+    @property
+    def one_at_a_time(self) -> bool:
+        """Engines that share a GPU start one at a time (the module's doc); the CPU build's together."""
+        return self.setup.platform != "cpu"
+
     def _one(
         self, number: int, name: str, fraction: float, own: Mapping[str, Any], stop: _Stop
     ) -> TrialRecord:
-        model = next(m for m in self.setup.models if m.name == name)
+        index = self.setup.names.index(name)
+        model = self.setup.models[index]
         rendered = model.rendered(self.setup.budget, fraction, own)
-
+        stop.turns[index].wait()
+        if stop.failed is not None:
+            return TrialRecord(status=TrialStatus.FAILED, failure="group_stopped", reason=stop.why())
         try:
-            record = self.evaluators[name](number, rendered, _GroupListener(stop))
+            record = self.evaluators[name](number, rendered, _GroupListener(stop, index))
         except _GroupStopped as exc:
             return TrialRecord(status=TrialStatus.FAILED, failure="group_stopped", reason=str(exc))
         except BaseException as exc:
