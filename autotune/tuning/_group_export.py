@@ -155,8 +155,13 @@ def confirm_group(
     ok = gain > min_improvement and not worse and apart
     ratios = ", ".join(f"{k} {v:.3f}" for k, v in score.ratios.items())
     why = (
-        f"group objective {score.value:.3f} on the medians ({ratios}): {gain:.1%} better, "
-        f"{'above' if gain > min_improvement else 'within'} the {min_improvement:.0%} noise floor"
+        f"group objective {score.value:.3f} on the medians ({ratios}): "
+        + (
+            f"{gain:.1%} better, {'above' if gain > min_improvement else 'within'} the "
+            f"{min_improvement:.0%} noise floor"
+            if gain >= 0
+            else f"{-gain:.1%} worse"
+        )
         + ("" if rounds < 2 else (", every round ahead" if apart else ", not ahead in every round"))
         + (f"; worse beyond the noise: {', '.join(worse)}" if worse else "")
         + ("" if ok else ": not confirmed")
