@@ -15,18 +15,28 @@ from autotune.space._load import load_search_space
 from autotune.space._model import PROFILE_NAMES, Condition, Parameter, SearchSpace
 from autotune.space._profile import EngineProfileLike, apply_profile, describe_target
 from autotune.space._render import RenderedConfig, describe_values, merge_json, render_values
-from autotune.space._roles import HOST_POOL_FIELDS, MEMORY_ROLES, ROLES, RoleNames, measured_bytes
+from autotune.space._roles import (
+    HOST_POOL_FIELDS,
+    MEMORY_ROLES,
+    ROLES,
+    SHARE_KEYS,
+    Role,
+    RoleNames,
+    measured_bytes,
+)
 
 __all__ = [
     "HOST_POOL_FIELDS",
     "MEMORY_ROLES",
     "PROFILE_NAMES",
     "ROLES",
+    "SHARE_KEYS",
     "Condition",
     "EngineProfileLike",
     "FlagPairs",
     "Parameter",
     "RenderedConfig",
+    "Role",
     "RoleNames",
     "SearchSpace",
     "apply_profile",

@@ -22,6 +22,7 @@ __all__ = [
     "LEGACY_NAMES",
     "MEMORY_ROLES",
     "ROLES",
+    "SHARE_KEYS",
     "Role",
     "RoleNames",
     "legacy_roles",
@@ -94,6 +95,9 @@ LEGACY_NAMES: Mapping[str, Role] = {
     "offload_block_size": "offload_block",
     "offload_eviction_policy": "offload_eviction",
 }
+# A group file's ``share:`` key for each budget a group's models split (vLLM's own argument names):
+# on GPUs the share of each GPU, on the CPU build the KV bytes.
+SHARE_KEYS: Mapping[Role, str] = {"gpu_share": "gpu_memory_utilization", "kv_bytes": "kv_cache_memory_bytes"}
 # The fields of ``--kv-transfer-config``'s ``kv_connector_extra_config`` that size a host KV pool, with
 # their unit in bytes: vLLM's OffloadingConnector, vllm-ascend's CPUOffloadingConnector, LMCache (GiB
 # per tensor-parallel rank).

@@ -12,10 +12,10 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 
 from autotune.errors import ConfigError
 from autotune.spec._file import StudyFile, key_lines, read_yaml_mapping, study_file_from
@@ -63,6 +63,10 @@ class GroupMember(_Strict):
         return value
 
 
+def _bytes_or_none(value: Any) -> Any:
+    return None if value is None else parse_bytes(value)
+
+
 class GroupShare(_Strict):
     """The budgets the group fits together, and the split the operator runs today (``baseline``:
     each model's share of the budget, or on GPUs its ``--gpu-memory-utilization``; none: equal)."""
@@ -70,13 +74,8 @@ class GroupShare(_Strict):
     gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
     host_pool_gb: float | None = Field(None, ge=0)
     host_share: float | None = Field(None, gt=0, le=1)
-    kv_cache_memory_bytes: int | None = Field(None, gt=0)
+    kv_cache_memory_bytes: Annotated[int | None, BeforeValidator(_bytes_or_none)] = Field(None, gt=0)
     baseline: dict[str, float] | None = None
-
-    @field_validator("kv_cache_memory_bytes", mode="before")
-    @classmethod
-    def _bytes(cls, value: Any) -> Any:
-        return None if value is None else parse_bytes(value)
 
     @field_validator("baseline")
     @classmethod

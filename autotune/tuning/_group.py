@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from autotune.errors import AutotuneError, ConfigError
 from autotune.memory import GiB, GpuMemory, MachineFacts, read_machine_facts
-from autotune.space import RenderedConfig, SearchSpace, render_values
+from autotune.space import SHARE_KEYS, RenderedConfig, Role, SearchSpace, render_values
 from autotune.spec import GroupFile, resolve_spec
 from autotune.trial import model_max_len
 from autotune.tuning._setup import TuningSetup, build_setup
@@ -26,28 +26,28 @@ from autotune.tuning._setup import TuningSetup, build_setup
 __all__ = ["GroupBudget", "GroupModel", "GroupSetup", "build_group", "share_parameter"]
 
 MiB = 2**20
-POOL_FLAG = "--kv-offloading-size"
 DEFAULT_GPU_SHARE = 0.92
+_GPU, _KV = SHARE_KEYS["gpu_share"], SHARE_KEYS["kv_bytes"]
 # share: keys by platform: the ones a platform lacks are refused, with what to write instead
 _NOT_ON: dict[str, dict[str, str]] = {
     "cpu": {
-        "gpu_memory_utilization": "the CPU build has no GPU share (fix: share.kv_cache_memory_bytes, the "
+        _GPU: "the CPU build has no GPU share (fix: share.kv_cache_memory_bytes, the "
         "group's KV total, e.g. 256M)",
         "host_pool_gb": "the CPU build has no KV-offload pool: its KV cache is host memory already (fix: drop "
         "it; share.kv_cache_memory_bytes is the group's KV total)",
         "host_share": "the CPU build has no KV-offload pool (fix: drop it)",
     },
     "cuda": {
-        "kv_cache_memory_bytes": "on GPUs the group's budget is its share of each GPU (fix: "
+        _KV: "on GPUs the group's budget is its share of each GPU (fix: "
         "share.gpu_memory_utilization, e.g. 0.9)",
     },
 }
 
 
-def share_parameter(space: SearchSpace, flag: str) -> str | None:
-    """The parameter of ``space`` that sets ``flag`` (the budget a split decides), by its flag.
-    (One place to switch to the space's parameter roles when they exist.)"""
-    return next((n for n, p in space.parameters.items() if p.flag == flag), None)
+def share_parameter(space: SearchSpace, role: Role) -> str | None:
+    """The parameter of ``space`` with ``role`` (the budget a split decides, or the host pool)."""
+    name: str | None = getattr(space.roles, role)
+    return name
 
 
 @dataclass(frozen=True)
@@ -55,9 +55,14 @@ class GroupBudget:
     """The shared budget the split divides: on the CPU build the group's KV bytes, on GPUs its share
     of each GPU. A model's value is rounded down (MiB, or 0.001 of the GPU): never past the budget."""
 
-    key: str  # the share: key
+    role: Role  # gpu_share or kv_bytes
     flag: str
     total: float
+
+    @property
+    def key(self) -> str:
+        """The group file's ``share:`` key of this budget."""
+        return SHARE_KEYS[self.role]
 
     def value(self, fraction: float) -> str:
         if self.flag == "--kv-cache-memory-bytes":
@@ -179,7 +184,7 @@ class GroupSetup:
         """Why the models' KV-offload pools together pass the group's host budget (None: they do not)."""
         pools = {}
         for m in self.models:
-            param = share_parameter(m.setup.space, POOL_FLAG)
+            param = share_parameter(m.setup.space, "kv_pool")
             own = values.get(m.name, {})
             if param is not None and own.get(param):
                 pools[m.name] = float(own[param])
@@ -204,11 +209,9 @@ def _budget(group: GroupFile, platform: Literal["cuda", "cpu"]) -> GroupBudget:
                 f"{group.where('share')}: share.kv_cache_memory_bytes is required on the CPU build: the group's KV "
                 "total, which the models split (fix: e.g. share: {kv_cache_memory_bytes: 256M})"
             )
-        return GroupBudget(
-            "kv_cache_memory_bytes", "--kv-cache-memory-bytes", float(share.kv_cache_memory_bytes)
-        )
+        return GroupBudget("kv_bytes", "--kv-cache-memory-bytes", float(share.kv_cache_memory_bytes))
     total = share.gpu_memory_utilization if share.gpu_memory_utilization is not None else DEFAULT_GPU_SHARE
-    return GroupBudget("gpu_memory_utilization", "--gpu-memory-utilization", total)
+    return GroupBudget("gpu_share", "--gpu-memory-utilization", total)
 
 
 def _baseline(group: GroupFile, budget: GroupBudget) -> tuple[dict[str, float], str]:
@@ -233,7 +236,7 @@ def _without_budget(name: str, setup: TuningSetup, budget: GroupBudget, group: G
             f"{group.where(f'models.{name}')}: models.{name}.engine_args: {budget.flag} is the group's split "
             f"(fix: drop it; set share.{budget.key} and share.baseline)"
         )
-    param = share_parameter(setup.space, budget.flag)
+    param = share_parameter(setup.space, budget.role)
     if param is None:
         return setup
     params = {k: v for k, v in setup.space.parameters.items() if k != param}
