@@ -32,7 +32,6 @@ import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 
 import psutil
 
@@ -211,9 +210,7 @@ class GpuLease:
     def __enter__(self) -> GpuLease:
         return self if self._fds else self.acquire()
 
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.release()
 
 

@@ -24,7 +24,6 @@ import sys
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from types import TracebackType
 
 import httpx
 import psutil
@@ -384,9 +383,7 @@ class EngineProcess:
         self.start()
         return self
 
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
 

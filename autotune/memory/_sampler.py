@@ -12,7 +12,6 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from types import TracebackType
 
 from autotune.memory._estimate import GiB, MiB
 from autotune.memory._machine import MachineFacts, MachineProbe, SwapReading, SystemProbe
@@ -78,9 +77,7 @@ class MemorySampler:
         self.start()
         return self
 
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
     def start(self) -> None:

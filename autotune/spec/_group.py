@@ -19,6 +19,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 
 from autotune.errors import ConfigError
 from autotune.spec._file import StudyFile, key_lines, read_yaml_mapping, study_file_from
+from autotune.spec._model import slo_items
 
 __all__ = ["GroupFile", "GroupMember", "GroupShare", "is_group_file", "load_group_file", "parse_bytes"]
 
@@ -52,15 +53,8 @@ class GroupMember(_Strict):
     workload: str
     engine_args: tuple[str, ...] = ()
     weight: float = Field(1.0, gt=0)
-    slo: tuple[str, ...] = ()
+    slo: Annotated[tuple[str, ...], BeforeValidator(slo_items)] = ()
     space: str | None = None
-
-    @field_validator("slo", mode="before")
-    @classmethod
-    def _slo_mapping(cls, value: Any) -> Any:
-        if isinstance(value, dict):
-            return tuple(f"{k}={v}" for k, v in value.items())
-        return value
 
 
 def _bytes_or_none(value: Any) -> Any:

@@ -57,6 +57,13 @@ def _opt(
     return Field(default, description=help, json_schema_extra=extra)
 
 
+def slo_items(value: Any) -> Any:
+    """``slo: {ttft_p90: 800ms}`` in a file reads as ``--slo ttft_p90=800ms``."""
+    if isinstance(value, dict):
+        return tuple(f"{k}={v}" for k, v in value.items())
+    return value
+
+
 class StudySpec(BaseModel):
     """Everything a study is, and the options of one invocation. Frozen; unknown keys are refused."""
 
@@ -325,10 +332,7 @@ class StudySpec(BaseModel):
     @field_validator("slo", mode="before")
     @classmethod
     def _slo_mapping(cls, value: Any) -> Any:
-        """``slo: {ttft_p90: 800ms}`` in a file reads as ``--slo ttft_p90=800ms``."""
-        if isinstance(value, dict):
-            return tuple(f"{k}={v}" for k, v in value.items())
-        return value
+        return slo_items(value)
 
     @property
     def budget_s(self) -> float:

@@ -20,7 +20,6 @@ import hashlib
 import logging
 import os
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from autotune.errors import StorageError, StudyBusyError
@@ -135,9 +134,7 @@ class StudyLock:
             self.acquire()
         return self
 
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.release()
 
 
