@@ -195,7 +195,7 @@ def environment() -> dict[str, Any]:
             "cpu": _cpu_model(),
             "python": platform.python_version(),
         },
-        "engine": VLLM.installed().describe(),
+        "engine": VLLM.install.installed().describe(),
         "command": " ".join(shlex.quote(a) for a in ["python", *sys.argv]),
     }
 

@@ -95,7 +95,11 @@ def _quantile_from_buckets(cum: Mapping[float, float], q: float) -> float | None
 
 
 async def _ttft_run(engine: EngineProcess, setup: TuningSetup) -> dict[str, Any]:
-    workload, names, metrics_url = setup.workload, setup.engine.metric_names, setup.engine.metrics_path
+    workload, names, metrics_url = (
+        setup.workload,
+        setup.engine.endpoints.metric_names,
+        setup.engine.endpoints.metrics,
+    )
     timeout = httpx.Timeout(600.0, connect=10.0)
     async with httpx.AsyncClient(trust_env=False, timeout=timeout) as client:
         target = ReplayTarget(base_url=engine.base_url, model=engine.spec.model)

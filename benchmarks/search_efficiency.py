@@ -95,7 +95,7 @@ def key(values: Mapping[str, Any]) -> str:
 async def _measure_engine(engine: EngineProcess, setup: TuningSetup, repeats: int) -> list[dict[str, Any]]:
     """``repeats`` replays on one engine, each as a trial measures (warm-up, replay, /metrics
     before and after), the prefix cache emptied before each."""
-    names, path = setup.engine.metric_names, setup.engine.metrics_path
+    names, path = setup.engine.endpoints.metric_names, setup.engine.endpoints.metrics
     host_sources = setup.profile.cpu_hit_sources or ("host",)
     timeout = httpx.Timeout(600.0, connect=10.0)
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=256)
@@ -145,7 +145,7 @@ def _measure_config(setup: TuningSetup, rendered: RenderedConfig, log: Path, rep
     try:
         engine.start()
         engine.wait_healthy()
-        kv = setup.engine.kv_capacity(engine.log_text())
+        kv = setup.engine.log.kv_capacity(engine.log_text())
         entry["kv_tokens"] = kv.tokens if kv else None
         entry["repeats"] = asyncio.run(_measure_engine(engine, setup, repeats))
         engine.check_alive()

@@ -7,6 +7,7 @@ new module implementing :class:`Engine` plus a search space; nothing above ``eng
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Protocol
 
@@ -21,7 +22,7 @@ from autotune.engine._profiles import EngineProfile
 from autotune.engine._sizing import EngineSizing
 from autotune.space import FlagPairs, RenderedConfig
 
-__all__ = ["ArgChecker", "Engine"]
+__all__ = ["ArgChecker", "Endpoints", "Engine", "EngineInstall", "EngineLog"]
 
 
 class ArgChecker(Protocol):
@@ -34,25 +35,36 @@ class ArgChecker(Protocol):
     def close(self) -> None: ...
 
 
-class Engine(Protocol):
-    """An inference engine the tool can tune: launch it, ask it, read what it prints."""
+@dataclass(frozen=True)
+class Endpoints:
+    """Where the engine's server answers: health, metrics (and where its /metrics keeps each figure),
+    the served models."""
 
-    @property
-    def name(self) -> str: ...
+    health: str
+    metrics: str
+    models: str
+    metric_names: MetricNames
 
-    @property
-    def metric_names(self) -> MetricNames:
-        """Where its /metrics keeps each figure."""
+
+class EngineLog(Protocol):
+    """What the engine's log says, each read from the log's text."""
+
+    def kv_capacity(self, log_text: str) -> KvCapacity | None: ...
+
+    def startup_phases(self, log_text: str) -> dict[str, float]:
+        """Seconds per start-up phase (imports, weights, compile, graphs, ...); only phases whose
+        lines the log holds."""
         ...
 
-    @property
-    def health_path(self) -> str: ...
+    def connector_hits(self, log_text: str) -> ConnectorHits | None:
+        """What its KV connector says it served, from the connector's own log lines (None: no such
+        lines)."""
+        ...
 
-    @property
-    def metrics_path(self) -> str: ...
 
-    @property
-    def models_path(self) -> str: ...
+class EngineInstall(Protocol):
+    """The installed engine and what a study starts from: its version, launcher, the operator's
+    fixed flags as it reads them, its profile and default space."""
 
     def installed(self) -> InstalledEngine: ...
 
@@ -65,6 +77,24 @@ class Engine(Protocol):
     ) -> tuple[EngineProfile, str | None]: ...
 
     def default_space(self, profile: EngineProfile) -> Path: ...
+
+
+class Engine(Protocol):
+    """An inference engine the tool can tune: what a trial needs (its command, its process, which
+    answers health and stops, the argument check and the memory sizing), with where it answers, what
+    its log says and how it is installed as small objects of their own."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def endpoints(self) -> Endpoints: ...
+
+    @property
+    def log(self) -> EngineLog: ...
+
+    @property
+    def install(self) -> EngineInstall: ...
 
     def argv(self, spec: LaunchSpec, rendered: RenderedConfig, port: int) -> list[str]: ...
 
@@ -82,15 +112,3 @@ class Engine(Protocol):
     def arg_checker(self) -> ArgChecker: ...
 
     def sizing(self, engine_argv: Sequence[str], platform: Literal["cuda", "cpu"]) -> EngineSizing: ...
-
-    def kv_capacity(self, log_text: str) -> KvCapacity | None: ...
-
-    def startup_phases(self, log_text: str) -> dict[str, float]:
-        """Seconds per start-up phase read from its log (imports, weights, compile, graphs, ...);
-        only phases whose lines the log holds."""
-        ...
-
-    def connector_hits(self, log_text: str) -> ConnectorHits | None:
-        """What its KV connector says it served, from the connector's own log lines in
-        ``log_text`` (None: no such lines)."""
-        ...

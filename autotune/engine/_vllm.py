@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from autotune.bench import VLLM_METRICS, MetricNames
+from autotune.bench import VLLM_METRICS
 from autotune.engine._argcheck import VllmArgChecker
 from autotune.engine._connector_log import ConnectorHits, connector_hits
 from autotune.engine._cpu_dtype import launch_argv
@@ -17,6 +17,7 @@ from autotune.engine._logscan import KvCapacity, parse_kv_capacity
 from autotune.engine._platform import InstalledEngine, default_launcher, installed_engine
 from autotune.engine._process import EngineProcess
 from autotune.engine._profiles import EngineProfile, default_space_path, preview_profile, select_profile
+from autotune.engine._seam import Endpoints
 from autotune.engine._sizing import EngineSizing, sizing_from_argv
 from autotune.engine._startup import startup_phases
 from autotune.space import FlagPairs, RenderedConfig
@@ -25,14 +26,22 @@ __all__ = ["VLLM", "VllmEngine"]
 
 
 @dataclass(frozen=True)
-class VllmEngine:
-    """vLLM's OpenAI-compatible server (GPU build: ``vllm serve``; CPU build: the module)."""
+class VllmLog:
+    """vLLM's log lines: the KV cache it sized, its start-up phases, its connector's hits."""
 
-    name: str = "vllm"
-    metric_names: MetricNames = VLLM_METRICS
-    health_path: str = "/health"
-    metrics_path: str = "/metrics"
-    models_path: str = "/v1/models"
+    def kv_capacity(self, log_text: str) -> KvCapacity | None:
+        return parse_kv_capacity(log_text)
+
+    def startup_phases(self, log_text: str) -> dict[str, float]:
+        return startup_phases(log_text)
+
+    def connector_hits(self, log_text: str) -> ConnectorHits | None:
+        return connector_hits(log_text)  # LMCache's lookups (LMCacheConnectorV1)
+
+
+@dataclass(frozen=True)
+class VllmInstall:
+    """The installed vLLM (GPU build: ``vllm serve``; CPU build: the module), its flags and profiles."""
 
     def installed(self) -> InstalledEngine:
         return installed_engine()
@@ -53,6 +62,19 @@ class VllmEngine:
     def default_space(self, profile: EngineProfile) -> Path:
         return default_space_path(profile)
 
+
+_ENDPOINTS = Endpoints(health="/health", metrics="/metrics", models="/v1/models", metric_names=VLLM_METRICS)
+
+
+@dataclass(frozen=True)
+class VllmEngine:
+    """vLLM's OpenAI-compatible server."""
+
+    name: str = "vllm"
+    endpoints: Endpoints = _ENDPOINTS
+    log: VllmLog = VllmLog()
+    install: VllmInstall = VllmInstall()
+
     def argv(self, spec: LaunchSpec, rendered: RenderedConfig, port: int) -> list[str]:
         return launch_argv(spec, rendered, port)
 
@@ -71,15 +93,6 @@ class VllmEngine:
 
     def sizing(self, engine_argv: Sequence[str], platform: Literal["cuda", "cpu"]) -> EngineSizing:
         return sizing_from_argv(engine_argv, platform)
-
-    def kv_capacity(self, log_text: str) -> KvCapacity | None:
-        return parse_kv_capacity(log_text)
-
-    def startup_phases(self, log_text: str) -> dict[str, float]:
-        return startup_phases(log_text)
-
-    def connector_hits(self, log_text: str) -> ConnectorHits | None:
-        return connector_hits(log_text)  # LMCache's lookups (LMCacheConnectorV1)
 
 
 VLLM = VllmEngine()

@@ -32,7 +32,7 @@ def _model_hash(model: str) -> str | None:
 
 
 def environment_fingerprint(setup: TuningSetup) -> dict[str, Any]:
-    inst = setup.engine.installed()
+    inst = setup.engine.install.installed()
     facts = read_machine_facts()
     space_text = measured_bytes(setup.space_path)
     return {

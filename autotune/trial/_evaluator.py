@@ -158,7 +158,7 @@ class VllmEvaluator:
                 sampler = self.memory.sampler(proc.pid)
                 sampler.start()
             proc.wait_healthy()
-            kv = self.engine.kv_capacity(proc.log_text())
+            kv = self.engine.log.kv_capacity(proc.log_text())
             measured = asyncio.run(self._measure(proc, listener))
             requests_path = write_request_timings(
                 measured.timings, self.log_dir / f"trial-{number:04d}.requests.npz"
@@ -220,7 +220,7 @@ class VllmEvaluator:
             else None,
             timings_s={
                 "startup": proc.startup_s or 0.0,
-                **{f"startup_{k}": v for k, v in self.engine.startup_phases(proc.log_text()).items()},
+                **{f"startup_{k}": v for k, v in self.engine.log.startup_phases(proc.log_text()).items()},
                 **measured.phase,
                 "teardown": teardown,
             },
@@ -248,7 +248,7 @@ class VllmEvaluator:
         self, proc: Served, listener: TrialListener | None, model: str | None = None
     ) -> _Measured:
         timeout = httpx.Timeout(self.request_timeout_s, connect=10.0)
-        names, path = self.engine.metric_names, self.engine.metrics_path
+        names, path = self.engine.endpoints.metric_names, self.engine.endpoints.metrics
         passes: list[PassResult] = []
         timings: list[RequestTiming] = []
         notes: list[str] = []
@@ -299,7 +299,7 @@ class VllmEvaluator:
             last = await scrape_metrics(client, proc.base_url, names, path)
             t2 = time.monotonic()
         metrics = MetricsDelta.between(first, last, self.host_sources, names) if first and last else None
-        connector = self.engine.connector_hits(proc.log_text()[log_mark:])
+        connector = self.engine.log.connector_hits(proc.log_text()[log_mark:])
         if connector is not None:
             notes.append(connector.describe())
         fallback = kernel_fallback_note(proc.log_text())

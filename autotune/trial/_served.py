@@ -39,7 +39,7 @@ async def served_model(client: httpx.AsyncClient, base_url: str, engine: Engine,
     """The model the engine serves (``GET /v1/models``), else the name it was started with."""
     headers = {"Authorization": f"Bearer {spec.api_key}"} if spec.api_key else {}
     try:
-        resp = await client.get(base_url + engine.models_path, headers=headers, timeout=10.0)
+        resp = await client.get(base_url + engine.endpoints.models, headers=headers, timeout=10.0)
         data = resp.json().get("data") or []
         if data:
             return str(data[0]["id"])

@@ -63,7 +63,7 @@ def bench_server(choices: StudySpec, url: str, *, engine: Engine = VLLM) -> Benc
     objective = Objective(metric="ttft_p90", slos_ms=dict(parse_slo(s) for s in choices.slo))
     key = _api_key(choices.api_key_env)
     root = server_root(url)
-    server = asyncio.run(_probe(root, choices.model, key, choices.api_key_env, engine.models_path))
+    server = asyncio.run(_probe(root, choices.model, key, choices.api_key_env, engine.endpoints.models))
     evaluator = VllmEvaluator(
         spec=LaunchSpec(model=server.model, api_key=key, api_key_env=choices.api_key_env),
         workload=workload,

@@ -129,7 +129,7 @@ class TuningSetup:
 
     @property
     def engine_label(self) -> str:
-        return self.engine.installed().describe()
+        return self.engine.install.installed().describe()
 
     @property
     def fixed_argv(self) -> list[str]:
@@ -147,7 +147,7 @@ class TuningSetup:
     def checker(self) -> ArgChecker | None:
         """The engine's own argument parser (one worker process, started on first use, shared by
         every copy of this setup)."""
-        if not self.choices.check_args or self.engine.installed().vllm_distribution is None:
+        if not self.choices.check_args or self.engine.install.installed().vllm_distribution is None:
             return None
         return self._checkers.get(self.engine.arg_checker)
 
@@ -292,11 +292,11 @@ def _build(choices: StudySpec, engine: Engine) -> TuningSetup:
     if not choices.model:
         raise ConfigError("--model is required (fix: pass --model DIR, or set `model:` in the study file)")
     check_model(choices.model)
-    profile, note = engine.select_profile(choices.profile, preview=choices.dry_run)
-    space_path = choices.space or engine.default_space(profile)
-    fixed = engine.parse_fixed_args(list(choices.engine_args))
+    profile, note = engine.install.select_profile(choices.profile, preview=choices.dry_run)
+    space_path = choices.space or engine.install.default_space(profile)
+    fixed = engine.install.parse_fixed_args(list(choices.engine_args))
     # the baseline's own values: in every command (before the tuned flags, which override them), not fixed
-    baseline_flags = engine.parse_fixed_args(list(choices.baseline_args))
+    baseline_flags = engine.install.parse_fixed_args(list(choices.baseline_args))
     space = fix_space(apply_profile(load_search_space(space_path, opt_in=choices.opt_in), profile), fixed)
     slos = dict(parse_slo(s) for s in choices.slo)
     objective = Objective(
@@ -307,7 +307,7 @@ def _build(choices: StudySpec, engine: Engine) -> TuningSetup:
     pass_plan = parse_passes(choices.passes)
     launch = LaunchSpec(
         model=choices.model,
-        launcher=tuple(choices.launcher.split()) if choices.launcher else engine.default_launcher(),
+        launcher=tuple(choices.launcher.split()) if choices.launcher else engine.install.default_launcher(),
         fixed_args=fixed + baseline_flags,
         api_key=_api_key(choices.api_key_env),
         api_key_env=choices.api_key_env,  # the key's source variable: never passed to the engine

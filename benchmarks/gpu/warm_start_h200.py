@@ -62,7 +62,7 @@ def main(out: Path) -> int:
                     "gpu_memory_utilization": util,
                     "startup_s": proc.startup_s,
                     "wall_to_healthy_s": round(wall, 1),
-                    "phases": VLLM.startup_phases(proc.log_text()),
+                    "phases": VLLM.log.startup_phases(proc.log_text()),
                 }
             )
         finally:

@@ -152,4 +152,4 @@ def test_a_start_across_new_year_keeps_its_span() -> None:
 
 
 def test_the_vllm_engine_reads_its_own_log() -> None:
-    assert VLLM.startup_phases(GPU_026_EAGER) == startup_phases(GPU_026_EAGER)
+    assert VLLM.log.startup_phases(GPU_026_EAGER) == startup_phases(GPU_026_EAGER)
