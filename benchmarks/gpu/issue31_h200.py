@@ -66,6 +66,9 @@ class Run:
             self.launcher = "python3 -m vllm.entrypoints.cli.main serve"
             self.fixed = ["--load-format=dummy", "--max-model-len=8192"]
         self.workload = self.state / "throughput.jsonl"
+        self.slo_from, self.slo_path = a.slo_from_first, self.state / "slo.json"
+        if self.slo_from and self.slo_path.exists():  # chosen by an earlier call's grid
+            self.slo = float(json.loads(self.slo_path.read_text())["slo_ttft_p90_ms"])
 
     def left(self) -> float:
         return self.budget - (time.monotonic() - self.t0)
@@ -161,7 +164,10 @@ def common(r: Run) -> list[str]:
 
 def grid(r: Run) -> None:
     done = {(p["max_num_seqs"], p["max_num_batched_tokens"]): p for p in _load(r.state / "grid.json")}
-    for s, b in [(s, b) for s in r.seqs for b in r.batched]:
+    points = [(s, b) for s in r.seqs for b in r.batched]
+    if r.slo_from:  # the SLO comes from the first point: the largest, the one auto_tune.sh starts from
+        points.sort(reverse=True)
+    for s, b in points:
         if (s, b) in done:
             continue
         if r.left() < TRIAL_ROOM_S and not r.dry:
@@ -183,6 +189,14 @@ def grid(r: Run) -> None:
         rows = [] if r.dry else trials(r.state, name)
         point = {"max_num_seqs": s, "max_num_batched_tokens": b, "exit": rc,
                  "wall_s": round(time.monotonic() - t, 1), **(rows[-1] if rows else {})}  # fmt: skip
+        if r.slo_from and not r.slo_path.exists() and point.get("ttft_p90"):
+            r.slo = round(r.slo_from * float(point["ttft_p90"]), 1)
+            r.slo_path.write_text(
+                json.dumps({"slo_ttft_p90_ms": r.slo, "from": [s, b], "factor": r.slo_from})
+            )
+            print(
+                f"grid: SLO p90 TTFT <= {r.slo:g} ms ({r.slo_from:g} x the first point's {point['ttft_p90']:.1f})"
+            )
         point["meets_slo"] = meets(point, r.slo)
         done[(s, b)] = point
         if not r.dry:
@@ -191,6 +205,8 @@ def grid(r: Run) -> None:
 
 
 def _grid_out(r: Run, done: dict[tuple[int, int], dict[str, Any]]) -> None:
+    for p in done.values():  # an SLO chosen from the first point holds for every point
+        p["meets_slo"] = meets(p, r.slo)
     ok = [p for p in done.values() if p["meets_slo"]]
     best = max(ok, key=lambda p: p["output_throughput"], default=None)
     r.write("issue31_grid.json", {"slo_ttft_p90_ms": r.slo, "concurrency": r.concurrency,
@@ -269,6 +285,8 @@ def main() -> None:
     ap.add_argument("--batched", type=int, nargs="*", default=[])
     ap.add_argument("--concurrency", type=int, default=CONCURRENCY)
     ap.add_argument("--slo-ms", type=float, default=SLO_MS)
+    ap.add_argument("--slo-from-first", type=float, default=None, metavar="F",
+                    help="the SLO is F x the p90 TTFT of the grid's first point (the largest), kept in the state folder")  # fmt: skip
     a = ap.parse_args()
     r = Run(a)
     ensure_inputs(r)

@@ -9,6 +9,9 @@
 #   call 2 (.gpu/c2 .gpu/s):        bash .gpu/s/install.sh c2 && bash benchmarks/gpu/round4_h200.sh night 1
 #   call 3:                         bash benchmarks/gpu/round4_h200.sh night 2
 #   call 4:                         bash benchmarks/gpu/round4_h200.sh fidelity   (or: ... poisson)
+# Item 4 (the throughput study against the grid), after calls 1-2 of an install (c2 with `grid`):
+#   calls 2-3:                      bash benchmarks/gpu/round4_h200.sh grid       (9 points, ~100 s each, resumes)
+#   call 4:                         bash benchmarks/gpu/round4_h200.sh throughput (3 starts: a third of the grid's)
 #
 # night N: `autotune nightly --budget 8m`, the deployed config = vLLM's defaults with the operator's
 #   fixed flags, searching from the prior, confirming A B A B, promoting through --on-promote
@@ -19,7 +22,7 @@
 #   arrival times for both), the workload's 60 prompts twice over; then the closed loop with bench
 #   shuffling its dataset, as it does by default (the outside measurement of issue 36).
 set -uo pipefail
-STEP=${1:?usage: round4_h200.sh check|night N|fidelity|poisson}
+STEP=${1:?usage: round4_h200.sh check|night N|fidelity|poisson|grid|throughput}
 source .gpu/s/env.sh
 export PYTHONPATH=$PWD:${PYTHONPATH:-} PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}
@@ -74,5 +77,13 @@ case "$STEP" in
     echo "poisson: exit $?" | tee -a "$OUT/gpu-poisson.txt"
     left_over | tee -a "$OUT/gpu-poisson.txt"
     tail -30 "$OUT/poisson.stdout" ;;
-  *) echo "usage: round4_h200.sh check|night N|fidelity|poisson"; exit 2 ;;
+  grid|throughput)  # issue 40 item 4: max-num-seqs x max-num-batched-tokens, the SLO from the first point
+    part=$([ "$STEP" = grid ] && echo grid || echo study)
+    BUDGET=540 timeout -s INT 580 python3 benchmarks/gpu/issue31_h200.py "$part" --seqs 128 256 512 \
+      --batched 2048 4096 8192 --slo-from-first 1.1 > "$OUT/$STEP.stdout" 2> "$OUT/$STEP.stderr"
+    echo "$STEP: exit $?" | tee -a "$OUT/gpu-$STEP.txt"
+    cp /root/i31/*.json "$OUT/" 2>/dev/null
+    left_over | tee -a "$OUT/gpu-$STEP.txt"
+    tail -20 "$OUT/$STEP.stdout" ;;
+  *) echo "usage: round4_h200.sh check|night N|fidelity|poisson|grid|throughput"; exit 2 ;;
 esac
