@@ -20,6 +20,7 @@ Faults, from the environment:
   FAKE_SERIAL=1             serve one request at a time (the others wait: arrivals faster than that queue,
                             a server saturated on purpose)
   FAKE_TTFT_SCALE=X         multiply the modelled time to first token (so it dominates the HTTP overhead)
+  FAKE_STARVED_FACTOR=X     how many times slower a starved KV pool (below 16M) is (default 3)
   FAKE_RESTART_JITTER=CV    each start draws a factor N(1, CV) for its time to first token
   FAKE_RESET_KEEPS=1        POST /reset_prefix_cache answers success but keeps the cache (a leaking tier)
   FAKE_LMCACHE_LOG=1        print LMCache's lookup line for each request (as LMCacheConnectorV1 does):
@@ -113,7 +114,7 @@ class _State:
         if not args.enable_prefix_caching:
             self.ttft_s += 0.004
         if _kv_bf16_bytes(args) < 16 * 2**20:  # a starved KV pool: prefixes evicted
-            self.ttft_s *= 3.0
+            self.ttft_s *= float(os.environ.get("FAKE_STARVED_FACTOR") or 3.0)
         self.ttft_s *= float(os.environ.get("FAKE_TTFT_SCALE") or 1.0)
         jitter = float(os.environ.get("FAKE_RESTART_JITTER") or 0.0)
         if jitter:  # run-to-run noise of a restarted server (CV), as a real engine shows
