@@ -22,6 +22,7 @@ from autotune.tuning import (
     baseline_group_trial,
     best_group_trial,
     build_group,
+    check_group_fingerprint,
     confirm_group,
     export_group,
     preview_group,
@@ -55,6 +56,7 @@ def _run(setup: GroupSetup, common: StudySpec) -> int:
         sampler=optuna.samplers.TPESampler(seed=common.seed),
         load_if_exists=True,
     )
+    check_group_fingerprint(study, setup)  # a resumed study is the same group, or it is refused
     _header(setup)
     first = None
     if common.prior:

@@ -28,6 +28,7 @@ __all__ = [
     "SPEC_FINGERPRINT_ATTR",
     "check_fingerprint",
     "effective_fingerprint",
+    "fingerprint_diffs",
     "from_jsonable",
     "record_effective_study",
     "recorded_choices",
@@ -168,18 +169,23 @@ def check_fingerprint(study: optuna.Study, setup: TuningSetup, *, refuse: bool =
         recorded = study.user_attrs.get(FINGERPRINT_ATTR) or mine
     if CHOICES_ATTR not in study.user_attrs:
         study.set_user_attr(CHOICES_ATTR, study_record(_portable(setup.choices)))
-    diffs = [
-        f"{key}: the study measures {recorded[key].get('what')} [{recorded[key].get('sha')}], "
-        f"this worker {value['what']} [{value['sha']}]"
-        for key, value in mine.items()
-        if key in recorded and recorded[key].get("sha") != value["sha"]
-    ]
+    diffs = fingerprint_diffs(recorded, mine, "this worker")
     if diffs and refuse:
         raise ConfigError(
             f"study {study.study_name!r} measures something else: {'; '.join(diffs)} "
             "(fix: give this worker the study's space, workload, flags and model, or use a new --study name)"
         )
     return diffs
+
+
+def fingerprint_diffs(recorded: Any, mine: dict[str, dict[str, str]], who: str) -> list[str]:
+    """What ``who`` would measure that differs from what the study ``recorded``, one line a part."""
+    return [
+        f"{key}: the study measures {recorded[key].get('what')} [{recorded[key].get('sha')}], "
+        f"{who} {value['what']} [{value['sha']}]"
+        for key, value in mine.items()
+        if key in recorded and recorded[key].get("sha") != value["sha"]
+    ]
 
 
 def space_change_note(study: optuna.Study, setup: TuningSetup) -> str | None:

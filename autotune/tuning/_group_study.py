@@ -10,6 +10,7 @@ keeps a trial without a value: PRUNED, its ``group_feasible`` constraint violate
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -17,7 +18,7 @@ from typing import Any
 
 import optuna
 
-from autotune.errors import AutotuneError
+from autotune.errors import AutotuneError, ConfigError
 from autotune.study import (
     Figures,
     GroupScore,
@@ -28,10 +29,13 @@ from autotune.study import (
     suggest_member,
     suggest_split,
 )
+from autotune.tuning._fingerprint import fingerprint_diffs, study_fingerprint
 from autotune.tuning._group import GroupSetup
 from autotune.tuning._group_trial import GroupEvaluator, GroupTrialResult
 
-__all__ = ["GroupTrialReport", "run_group_study"]
+__all__ = ["GROUP_FINGERPRINT_ATTR", "GroupTrialReport", "check_group_fingerprint", "run_group_study"]
+
+GROUP_FINGERPRINT_ATTR = "group_fingerprint"  # study attr: what a group study measures, hashed
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +67,41 @@ def _model_attrs(rec: TrialRecord, metric: str) -> dict[str, Any]:
         "log_path": rec.log_path,
         "saturated": rec.saturated,
     }
+
+
+def group_fingerprint(setup: GroupSetup) -> dict[str, dict[str, str]]:
+    """What a group study measures, hashed: each model's space, workload, model and tuned parameters
+    (as one engine's study hashes them) and its weight, and the budget with the baseline's split."""
+    out: dict[str, dict[str, str]] = {}
+    for m in setup.models:
+        for key, value in study_fingerprint(m.setup).items():
+            out[f"{m.name}.{key}"] = value
+        out[f"{m.name}.weight"] = {"sha": f"{m.weight:g}", "what": f"weight {m.weight:g}"}
+    base = ", ".join(f"{n} {setup.baseline[n]:.3f}" for n in setup.names)
+    what = f"{setup.budget.total_text()}, baseline {base} ({setup.baseline_source})"
+    out["share"] = {"sha": hashlib.sha256(what.encode()).hexdigest()[:16], "what": what}
+    return out
+
+
+def check_group_fingerprint(study: optuna.Study, setup: GroupSetup) -> None:
+    """Refuse to resume a group study made for other models, workloads, spaces, weights or budget: its
+    baseline group and trials would be held against figures of something else. A study that records
+    none yet gets this group's."""
+    mine = group_fingerprint(setup)
+    recorded = study.user_attrs.get(GROUP_FINGERPRINT_ATTR)
+    if not recorded:
+        study.set_user_attr(GROUP_FINGERPRINT_ATTR, mine)
+        return
+    diffs = fingerprint_diffs(recorded, mine, "this run") + [
+        f"{key}: the study has no such part, this run {value['what']}"
+        for key, value in mine.items()
+        if key not in recorded
+    ]
+    if diffs:
+        raise ConfigError(
+            f"study {study.study_name!r} measures another group: {'; '.join(diffs)} "
+            "(fix: the study's group file as it was, or a new --study name)"
+        )
 
 
 def stored_baseline(study: optuna.Study, setup: GroupSetup) -> GroupTrialResult | None:

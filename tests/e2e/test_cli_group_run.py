@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from autotune.cli import app
 from autotune.engine._argcheck import VllmArgChecker
+from autotune.errors import ConfigError
 from autotune.tiny_model import make_tiny_model
 from tests.conftest import FAKE_LAUNCHER, MARK_ENV, REPO, processes_marked, write_fake_space
 
@@ -215,4 +216,52 @@ engine_args: [--max-model-len=2048]
     trials = optuna.load_study(study_name="g", storage=f"sqlite:///{studies / 'g.db'}").trials
     assert [t.user_attrs["group_trial"] for t in trials] == ["baseline", "prior", "sampled"], third
     assert trials[2].user_attrs["group_ratios"]  # measured against run 1's baseline group
+    assert not processes_marked(mark)
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ({"chat_workload": "rag.jsonl"}, "chat.workload: the study measures support_chat.jsonl"),
+        (
+            {"share": "{kv_cache_memory_bytes: 64M, baseline: {rag: 0.7, chat: 0.3}}"},
+            "share: the study measures",
+        ),
+        ({"rag_weight": "3"}, "rag.weight: the study measures weight 1 [1], this run weight 3 [3]"),
+    ],
+)
+def test_a_resumed_group_study_of_another_group_is_refused_in_one_line(
+    tmp_path: Path, mark: str, monkeypatch: pytest.MonkeyPatch, change: dict[str, str], named: str
+) -> None:
+    """Its baseline group and trials would be held against figures of another group: refused before
+    any engine starts, naming what changed; the study keeps its trials."""
+    monkeypatch.setenv(MARK_ENV, mark)
+    l8, l2 = make_tiny_model(tmp_path / "l8", layers=8), make_tiny_model(tmp_path / "l2", layers=2)
+    space = write_fake_space(tmp_path)
+    path = tmp_path / "group.yaml"
+
+    def write(chat_workload: str = "support_chat.jsonl", share: str = "{kv_cache_memory_bytes: 64M}", rag_weight: str = "1") -> None:  # fmt: skip
+        path.write_text(f"""\
+models:
+  - {{name: rag, model: {l8}, workload: {REPO / "examples" / "rag.jsonl"}, space: {space}, weight: {rag_weight}}}
+  - {{name: chat, model: {l2}, workload: {REPO / "examples" / chat_workload}, space: {space}}}
+share: {share}
+engine_args: [--max-model-len=2048]
+""")
+
+    studies = tmp_path / "studies"
+    common = ["run", "-f", str(path), "--launcher", " ".join(FAKE_LAUNCHER), "--studies-dir", str(studies),
+              "--no-check-args", "--max-requests", "4", "--warmup", "0", "--study", "g", "--no-prior",
+              "--confirm-rounds", "0", "--out", str(tmp_path / "e")]  # fmt: skip
+    write()
+    first = CliRunner().invoke(app, [*common, "--n-trials", "1"])
+    assert first.exit_code == 0, f"{first.output}\n{first.exception!r}"
+    write(**change)
+    res = CliRunner().invoke(app, [*common, "--n-trials", "1"])  # main() makes it one line, exit 2
+    why = str(res.exception)
+    assert isinstance(res.exception, ConfigError), f"{res.output}\n{res.exception!r}"
+    assert "study 'g' measures another group" in why and named in why and "a new --study name" in why, why
+    assert "trial 1" not in res.output
+    trials = optuna.load_study(study_name="g", storage=f"sqlite:///{studies / 'g.db'}").trials
+    assert [t.user_attrs["group_trial"] for t in trials] == ["baseline"]
     assert not processes_marked(mark)
