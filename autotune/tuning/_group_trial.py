@@ -8,8 +8,8 @@ starts before every engine is up. On the CPU build they start together (each poo
 engines that share a GPU start one at a time, each once the one before it is healthy: vLLM sizes
 its KV cache from the memory it sees used while it profiles, and another engine loading beside it is
 counted against it (on the H200, two engines of 0.25 each started together got 15.8 and 6.0 GiB of
-KV, 15-20 GiB of the other's load read as their own "non-torch memory"; one at a time, 0.22 GiB). When one engine fails (refused before launch, fails to start,
-crashes), the others are stopped: at the barrier at once, during their replay at their next
+KV, 15-20 GiB of the other's load read as their own "non-torch memory"; one at a time, 0.22 GiB).
+When one engine fails (refused before launch, fails to start, crashes), the others are stopped: at the barrier at once, during their replay at their next
 checkpoint; each stops its engine on the way out, and the trial fails with that model's reason.
 """
 
