@@ -99,7 +99,7 @@ def _search(n: _Night) -> str:
     run_study(
         n.study,
         n.setup.policy(night_scope(n)),
-        n.setup.evaluator(n.sdir / f"night-{n.number:04d}"),
+        n.evaluator(),
         n.options.max_trials,
         TrialHooks(on_done=on_trial, should_stop=should_stop),
         max(n.clock.left() - reserve * n.clock.per_run(), 1.0),
@@ -166,7 +166,7 @@ def _confirm(n: _Night, best: Candidate) -> _Decision:
         rounds -= 1
     n.say(f"night {n.number}: trial #{best.number} against {n.inc_label}, {rounds} round(s) each")
     ab = compare_configs(
-        n.setup.evaluator(n.sdir / f"night-{n.number:04d}" / "promotion"),
+        n.evaluator("promotion"),
         [(n.inc_label, n.inc_config), (f"trial {best.number}", config)],
         rounds=rounds,
         on_run=lambda name, r, rec: n.on_run("promotion", name, r, rec),

@@ -24,7 +24,7 @@ from autotune.study import (
     render_reference,
     run_study,
 )
-from autotune.trial import config_to_args
+from autotune.trial import VllmEvaluator, config_to_args
 from autotune.tuning import TrialScope, TuningSetup
 
 __all__ = ["NightOptions", "begin_night", "remeasure"]
@@ -76,6 +76,13 @@ class _Night:
     @property
     def maximize(self) -> bool:
         return self.setup.objective.direction == "maximize"
+
+    def evaluator(self, phase: str = "") -> VllmEvaluator:
+        """Tonight's evaluator for ``phase`` (its logs under night-NNNN/``phase``); every engine of
+        every night shares the study's vLLM caches, as ``run``'s trials do: a cold cache costs each
+        start its model inspection on the CPU build and its compilation on a GPU."""
+        logs = self.sdir / f"night-{self.number:04d}"
+        return self.setup.evaluator(logs / phase if phase else logs, cache_dir=self.sdir / "cache")
 
     def on_run(self, phase: str, name: str, r: int, rec: TrialRecord) -> None:
         self.clock.note(rec)
@@ -193,7 +200,7 @@ def remeasure(n: _Night) -> None:
     )
     n.say(f"night {n.number}: re-measuring {' and '.join(a for a, _ in arms)}, {n.plan.rounds} round(s)")
     records: dict[str, list[TrialRecord]] = {name: [] for name, _ in arms}
-    evaluator = n.setup.evaluator(n.sdir / f"night-{n.number:04d}" / "remeasure")
+    evaluator = n.evaluator("remeasure")
     first: TrialRecord | None = None  # round 1 of arms[0] (the baseline's, or the one arm): trial #0
     if baseline_trial(n.study) is None:
         rec = _baseline_as_trial(n)
@@ -232,6 +239,6 @@ def remeasure(n: _Night) -> None:
 def _baseline_as_trial(n: _Night) -> TrialRecord | None:
     got: list[TrialRecord] = []
     policy = n.setup.policy(TrialScope(n.sdir, attrs={NIGHT_ATTR: n.number}))
-    evaluator = n.setup.evaluator(n.sdir / f"night-{n.number:04d}")
+    evaluator = n.evaluator()
     run_study(n.study, policy, evaluator, 1, TrialHooks(on_done=lambda rep: got.append(rep.record)))
     return got[0] if got else None

@@ -151,11 +151,15 @@ class TuningSetup:
             return None
         return self._checkers.get(self.engine.arg_checker)
 
-    def evaluator(self, log_dir: Path, *, check_args: bool = True) -> VllmEvaluator:
-        """An evaluator that measures exactly as a study trial does, logging under ``log_dir``."""
+    def evaluator(
+        self, log_dir: Path, *, check_args: bool = True, cache_dir: Path | None = None
+    ) -> VllmEvaluator:
+        """An evaluator that measures exactly as a study trial does, logging under ``log_dir``;
+        vLLM's caches under ``--compile-cache``, else ``cache_dir``, else ``log_dir``/cache."""
         # vLLM's compile and kernel caches shared by every engine of the study (or of the
         # comparison): a restart of a configuration seen before skips most of its compilation
-        spec = self.launch if self.launch.cache_dir else replace(self.launch, cache_dir=log_dir / "cache")
+        root = cache_dir or log_dir / "cache"
+        spec = self.launch if self.launch.cache_dir else replace(self.launch, cache_dir=root)
         return VllmEvaluator(
             spec=spec,
             workload=self.workload,

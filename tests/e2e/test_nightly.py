@@ -88,6 +88,11 @@ def test_three_nights_promote_keep_then_flag_a_regression(tmp_path: Path, mark: 
         tmp_path,
     )
     assert history.returncode == 0 and "YES" in history.stdout
+    # every engine of the three nights (search, re-measure, promotion) used the study's one cache
+    # folder, as run's trials do: none of a phase's own, started cold
+    studies = tmp_path / "studies" / "prod"
+    assert (studies / "cache" / "vllm").is_dir()
+    assert sorted(studies.glob("night-*/**/cache")) == []
 
 
 def test_the_night_respects_its_budget(tmp_path: Path, mark: str) -> None:
@@ -136,6 +141,9 @@ def test_run_then_nights_promote_keep_roll_back_and_measure_the_restored_file_on
     for number, night in enumerate(real_nights.nights, start=1):
         assert night.returncode == 0, (number, night.stdout, night.stderr[-3000:])
         assert f"Night {number}" in night.stdout
+    # vLLM's model inspection, cached by the run's first start and read by every night's engines
+    assert (real_nights.studies / "rag" / "cache" / "vllm" / "modelinfos").is_dir()
+    assert sorted(real_nights.studies.glob("rag/night-*/**/cache")) == []
     assert real_nights.rollback.returncode == 0, real_nights.rollback.stderr
     assert "Promoted trial #" in real_nights.nights[0].stdout
     st = optuna.load_study(study_name="rag", storage=f"sqlite:///{real_nights.studies / 'rag.db'}")

@@ -195,4 +195,5 @@ def test_report_of_a_real_cpu_vllm_study_renders_offline(
     )
     assert len(steps) >= 2 and min(steps) >= 40, steps  # the RAG example has 48 requests
     status = _column(opened.page, "status")
-    assert status[0] == "ok (baseline)" and status[1] == "ok" and len(status) >= 2, status
+    # "ok", or "ok; saturated": whether a stall of this 2-core host queued a replay is not the page's
+    assert status[0] == "ok (baseline)" and status[1].startswith("ok") and len(status) >= 2, status
