@@ -11,7 +11,7 @@ import typer
 from autotune.cli._console import out
 from autotune.cli._open import existing_study
 from autotune.cli._study_options import Storage, StudiesDir
-from autotune.errors import ExportError, WorkloadError
+from autotune.errors import ConfigError, ExportError, WorkloadError
 
 # typer needs Optional[...] at runtime on Python 3.10
 # ruff: noqa: UP045
@@ -38,12 +38,22 @@ def report(
 ) -> None:
     """Write a study's report: summary, sortable trial table, objective over trials, TTFT vs
     throughput, parameter importance, per-request latency distributions and memory. One HTML file
-    that opens offline."""
-    from autotune.report import write_study_report
+    that opens offline. A group study's (several models on one server): its group trials, the split
+    over trials and one section per model."""
+    from autotune.report import is_group_study, write_group_report, write_study_report
 
     st = existing_study(storage, study, studies_dir)
-    facts = _workload_facts(workload, st) if workload is not None else None
     target = out_path or studies_dir / study / "report.html"
+    if is_group_study(st):
+        if workload is not None:
+            raise ConfigError(
+                f"--workload {workload}: study {study!r} is a group study, and each of its models replays "
+                "the workload its entry names (fix: drop --workload)"
+            )
+        write_group_report(st, target)
+        out.print(f"wrote {target}")
+        return
+    facts = _workload_facts(workload, st) if workload is not None else None
     write_study_report(st, target, workload=facts, timings_dir=studies_dir / study)
     out.print(f"wrote {target}")
 

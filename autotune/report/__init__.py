@@ -7,6 +7,7 @@ through :mod:`autotune.tuning`; writes only the file it is asked to write.
 
 from __future__ import annotations
 
+from autotune.report._group import is_group_study, write_group_report
 from autotune.report._html import write_plotly_js
 from autotune.report._nightly import write_nightly_index
 from autotune.report._nights import figure_text
@@ -14,7 +15,9 @@ from autotune.report._study import render_study_report, write_study_report
 
 __all__ = [
     "figure_text",
+    "is_group_study",
     "render_study_report",
+    "write_group_report",
     "write_nightly_index",
     "write_plotly_js",
     "write_study_report",

@@ -14,7 +14,7 @@ from autotune.report._html import Cell, esc, table_html
 from autotune.report._plots import params_text
 from autotune.study import baseline_saturation, saturation_summary
 
-__all__ = ["summary_html"]
+__all__ = ["facts_table", "summary_html"]
 
 _COMPARED = (
     "ttft_p50",
@@ -37,7 +37,7 @@ def _fmt(metric: str, value: float | None) -> str:
     return "-" if value is None else f"{value:,.1f}{_unit(metric)}"
 
 
-def _facts_table(rows: Sequence[tuple[str, str]]) -> str:
+def facts_table(rows: Sequence[tuple[str, str]]) -> str:
     out = ['<table class="facts"><tbody>']
     out += [f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in rows]
     out.append("</tbody></table>")
@@ -129,7 +129,7 @@ def summary_html(
                 + f"; {sched}",
             )
         )
-    parts = [_facts_table(rows)]
+    parts = [facts_table(rows)]
     if not facts.measured:
         parts.insert(
             0,
@@ -140,9 +140,9 @@ def summary_html(
     if saturated:
         parts.insert(0, "".join(f'<p class="failed"><b>Saturated</b>: {esc(line)}</p>' for line in saturated))
     if workload:
-        parts.append("<h3>Workload</h3>" + _facts_table(_workload_rows(workload)))
+        parts.append("<h3>Workload</h3>" + facts_table(_workload_rows(workload)))
     for group, values in (fingerprints or {}).items():
-        parts.append(f"<h3>{esc(group)} fingerprint</h3>" + _facts_table(_flatten(values)))
+        parts.append(f"<h3>{esc(group)} fingerprint</h3>" + facts_table(_flatten(values)))
     parts.append(_baseline_vs_best(facts))
     parts.append(_confirmation(facts))
     parts.append(_exported(study, facts))

@@ -20,7 +20,12 @@ from autotune.tuning._group import GroupSetup, build_group
 from autotune.tuning._group_export import baseline_group_trial, best_group_trial, confirm_group, export_group
 from autotune.tuning._group_preview import GroupPreview, preview_group
 from autotune.tuning._group_prior import prior_split
-from autotune.tuning._group_study import GroupTrialReport, check_group_fingerprint, run_group_study
+from autotune.tuning._group_study import (
+    GROUP_FINGERPRINT_ATTR,
+    GroupTrialReport,
+    check_group_fingerprint,
+    run_group_study,
+)
 from autotune.tuning._group_trial import GroupEvaluator
 from autotune.tuning._lock import StudyLock, claim_worker_slot
 from autotune.tuning._open import FORMATS_ATTR, open_study, study_directory
@@ -33,6 +38,7 @@ from autotune.tuning._workers import ParallelRun, run_parallel
 __all__ = [
     "FINGERPRINT_ATTR",
     "FORMATS_ATTR",
+    "GROUP_FINGERPRINT_ATTR",
     "RUN_ATTR",
     "BaselinePlan",
     "GpuGroup",

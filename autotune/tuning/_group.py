@@ -254,6 +254,7 @@ def build_group(group: GroupFile, flags: Mapping[str, Any]) -> Iterator[GroupSet
                 f"--{key}: {group.path} is a study of several models (models:): each entry names its own {key} "
                 f"(fix: drop --{key}, or change the entry in {group.path})"
             )
+    _refuse_unused(group, flags)
     with contextlib.ExitStack() as stack:
         setups: list[tuple[str, float, TuningSetup]] = []
         for member in group.members:
@@ -279,6 +280,37 @@ def build_group(group: GroupFile, flags: Mapping[str, Any]) -> Iterator[GroupSet
             host_pool_gib=_host_pool(group, platform, setups[0][2].choices.host_share),
             notes=_notes(platform, [s.profile_note for _, _, s in setups]),
         )
+
+
+# What a one-engine study does that a group study does not (yet): given, each is refused by name
+# rather than silently dropped. Values equal to what the group does anyway pass.
+_NOT_FOR_A_GROUP: dict[str, tuple[object, str]] = {
+    "workers": (1, "a group trial is the whole machine, every engine of the group on it, so group trials run "
+                "one at a time (fix: drop --workers)"),
+    "total_trials": (None, "group trials run one at a time, without workers (fix: --n-trials)"),
+    "gpus": (None, "the group's engines share the GPUs this process sees, as they will in production (fix: "
+             "CUDA_VISIBLE_DEVICES)"),
+    "prune": (False, "a group trial replays every model's workload to its end: nothing is pruned (fix: drop "
+              "--prune)"),
+    "overlap_starts": (False, "the group's engines start once per trial, together or one at a time (fix: drop "
+                       "--overlap-starts)"),
+    "timeout": (None, "not built for a group study yet: bound it with --n-trials (fix: drop --timeout)"),
+    "accept_reference": (False, "the baseline group is each model's fixed flags at the baseline split, never a "
+                         "reference (fix: drop --accept-reference)"),
+}  # fmt: skip
+
+
+def _refuse_unused(group: GroupFile, flags: Mapping[str, Any]) -> None:
+    for key, (harmless, why) in _NOT_FOR_A_GROUP.items():
+        given = flags.get(key, group.common.values.get(key))
+        if given is None or given == harmless:
+            continue
+        shown = "" if isinstance(given, bool) else f" {given}"
+        if key in flags:
+            where = f"--{key.replace('_', '-')}{shown}: {group.path}"
+        else:
+            where = f"{group.path}:{group.common.lines.get(key, '?')}: {key}:{shown or ' true'}: this file"
+        raise ConfigError(f"{where} is a study of several models on one server: {why}")
 
 
 def _notes(platform: str, profile_notes: Sequence[str | None]) -> tuple[str, ...]:

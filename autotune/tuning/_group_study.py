@@ -60,6 +60,7 @@ def _model_attrs(rec: TrialRecord, metric: str) -> dict[str, Any]:
     figures = {k: rec.figures.get(k) for k in (metric, *KEPT_FIGURES)} if rec.figures is not None else {}
     return {
         "status": str(rec.status),
+        "metric": metric,  # the model's objective metric: its ratio is this figure's
         "figures": figures,
         "failure": rec.failure,
         "reason": rec.reason,

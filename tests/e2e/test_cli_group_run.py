@@ -70,6 +70,14 @@ engine_args: [--max-model-len=2048]
             )  # its share, as measured
             assert f"--config {name}.yaml --port {port} &" in launch, launch
     assert "wrote" in res.output and "launch the group as measured: sh" in res.output
+    # the study's report: its group trials, and each model's figures as the engines measured them
+    res = CliRunner().invoke(app, ["report", "--study", "g", "--studies-dir", str(studies)])
+    assert res.exit_code == 0, res.output
+    page = (studies / "g" / "report.html").read_text()
+    assert page.count("<tr") - page.count("<tr><th>") == 3 * 3, "3 trials in the group's and each model's table"
+    for name in ("rag", "chat"):
+        completed = trials[1].user_attrs[f"model:{name}"]["figures"]["ttft_p90"]
+        assert f'id="model-{name}"' in page and f"{completed:,.2f}" in page
     assert not processes_marked(mark)
 
 

@@ -153,6 +153,30 @@ def test_report_renders_with_the_network_off(browser: Any, tmp_path: Path) -> No
     assert opened.errors == []
 
 
+def test_a_group_studys_report_draws_the_split_and_each_model_offline(browser: Any, tmp_path: Path) -> None:
+    """A group study's page (tests/unit/report/group_study.py): the split over trials and one plot
+    per model, drawn with the network off; sorting the group table by its objective puts the
+    failed and infeasible trials last."""
+    from autotune.report import write_group_report
+    from tests.unit.report.group_study import make_group_study
+
+    report = write_group_report(make_group_study(tmp_path / "g"), tmp_path / "g.html")
+    opened = _open(browser, report, offline=True)
+    plots = _plots(opened.page)
+    assert set(plots) == {"plot-split", "plot-model-rag", "plot-model-chat"}, plots
+    assert all(n >= 1 for n in plots.values()), plots
+    assert opened.external == [] and opened.errors == []
+    # the split's bars: one trace per model, one bar per group trial
+    bars = opened.page.evaluate("() => document.querySelectorAll('#plot-split .barlayer .point').length")
+    assert bars == 2 * 4, bars
+    opened.page.click("#group-table thead th:text-is('group objective')")
+    values = opened.page.evaluate(
+        """() => [...document.querySelectorAll('#group-table tbody tr')].map(r => r.cells[5].textContent)"""
+    )
+    measured = [float(v) for v in values if v != "-"]
+    assert measured == sorted(measured) and values[len(measured) :] == ["-", "-"], values
+
+
 def _cli(args: list[str], mark: str, cwd: Path, timeout: float) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "autotune", *args],

@@ -164,3 +164,28 @@ def test_gpu_shares_that_fit_alone_but_not_together_are_infeasible_by_nvmls_free
     assert why is not None and "0.900 of GPU 0's 140.0 GiB: 126.0 GiB" in why and "(100.0 GiB, NVML)" in why
     other = GpuMemory(index=1, name="H200", total=140 * GiB, free=60 * GiB, used=80 * GiB)
     assert "GPU 1" in (gpus_over({"qwen": 0.45}, [gpu, other]) or "")  # every GPU the group runs on
+
+
+@pytest.mark.parametrize(
+    ("flags", "file_key", "said"),
+    [
+        ({"workers": 2}, "", "--workers 2: "),
+        ({"prune": True}, "", "--prune: "),
+        ({"gpus": "0,1"}, "", "--gpus 0,1: "),
+        ({}, "workers: 3", "group.yaml:12: workers: 3: this file"),
+        ({}, "timeout: 600", "group.yaml:12: timeout: 600: this file"),
+    ],
+)
+def test_what_a_group_study_does_not_do_is_refused_by_name_not_dropped(
+    tmp_path: Path, models: tuple[Path, Path], flags: dict[str, object], file_key: str, said: str
+) -> None:
+    """A flag or study-file key that a one-engine study honours and a group study would not (workers,
+    pruning, GPU pinning, a time limit) is a one-line error naming it; what the group does anyway
+    (--workers 1, --no-prune) passes."""
+    text = group_yaml(models) + (f"{file_key}\n" if file_key else "")
+    with pytest.raises(ConfigError, match="is a study of several models on one server") as got:
+        with build_group(_group(tmp_path, text), {**FLAGS, **flags}):
+            pass
+    assert said in str(got.value) and "(fix: " in str(got.value) and "\n" not in str(got.value)
+    with build_group(_group(tmp_path, group_yaml(models)), {**FLAGS, "workers": 1, "prune": False}):
+        pass
