@@ -74,7 +74,9 @@ engine_args: [--max-model-len=2048]
     res = CliRunner().invoke(app, ["report", "--study", "g", "--studies-dir", str(studies)])
     assert res.exit_code == 0, res.output
     page = (studies / "g" / "report.html").read_text()
-    assert page.count("<tr") - page.count("<tr><th>") == 3 * 3, "3 trials in the group's and each model's table"
+    assert page.count("<tr") - page.count("<tr><th>") == 3 * 3, (
+        "3 trials in the group's and each model's table"
+    )
     for name in ("rag", "chat"):
         completed = trials[1].user_attrs[f"model:{name}"]["figures"]["ttft_p90"]
         assert f'id="model-{name}"' in page and f"{completed:,.2f}" in page

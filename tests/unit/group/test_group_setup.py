@@ -183,9 +183,11 @@ def test_what_a_group_study_does_not_do_is_refused_by_name_not_dropped(
     pruning, GPU pinning, a time limit) is a one-line error naming it; what the group does anyway
     (--workers 1, --no-prune) passes."""
     text = group_yaml(models) + (f"{file_key}\n" if file_key else "")
-    with pytest.raises(ConfigError, match="is a study of several models on one server") as got:
-        with build_group(_group(tmp_path, text), {**FLAGS, **flags}):
-            pass
+    with (
+        pytest.raises(ConfigError, match="is a study of several models on one server") as got,
+        build_group(_group(tmp_path, text), {**FLAGS, **flags}),
+    ):
+        pass
     assert said in str(got.value) and "(fix: " in str(got.value) and "\n" not in str(got.value)
     with build_group(_group(tmp_path, group_yaml(models)), {**FLAGS, "workers": 1, "prune": False}):
         pass
