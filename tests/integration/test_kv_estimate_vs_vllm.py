@@ -41,7 +41,10 @@ _KV_LINE = re.compile(
     r"CPU KV cache size: ([\d,]+) tokens, Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x"
 )
 _START_TIMEOUT_S = 360.0  # for the three starts at once
-_AUTO_TOLERANCE_BYTES = 256 * (1 << 20)
+# vLLM's resident size when it sizes the KV cache, against the estimate's 768 MiB reserve: 0.62 GiB on
+# an idle 2-core host, about 1.04 GiB in a CI run (three engines starting at once beside the other
+# pytest worker): 294 MB under the estimate there
+_AUTO_TOLERANCE_BYTES = 384 * (1 << 20)
 
 
 def _free_port() -> int:
@@ -201,24 +204,39 @@ def test_explicit_kv_bytes_match_vllm_exactly(
         assert tokens == cpu_kv_tokens(shape, kv_bytes, 128)
 
 
+# vLLM's own read of the node's memory under a utilization budget (v1/worker/cpu_worker.py)
+_AUTO_SET = re.compile(r"Auto set \(([\d.]+)/([\d.]+)\) GiB for KV cache")
+
+
 def test_utilization_budget_within_tolerance(tiny_model: Path, kv_lines: dict[str, KvLine | str]) -> None:
+    """vLLM's KV tokens under a utilization budget (a share of the node's total, less its measured
+    resident size) within ``_AUTO_TOLERANCE_BYTES`` of the estimate at the node total vLLM read at its
+    start, from its log: on a VM whose memory is hot-plugged (virtio-mem) the node's MemTotal moves,
+    and a CI run read 17.09 GiB after the start where this machine reads 18.59."""
     facts = read_machine_facts()
     node_total = facts.node_total or facts.host_total
     if "utilization" not in kv_lines:
         pytest.skip(f"not enough free memory for a {_UTILIZATION} x {node_total / GiB:.1f} GiB budget")
     shape = ModelShape.from_config(tiny_model)
-    tokens = _line(kv_lines, "utilization").tokens
+    line = _line(kv_lines, "utilization")
+    said = _AUTO_SET.search(line.log.read_text(errors="replace"))
+    assert said, "vLLM did not log the node total it sized the KV cache from"
+    vllm_total = int(float(said[2]) * GiB)
     est = estimate_memory(
         shape,
         weight_bytes=weight_bytes(tiny_model, shape),
-        gpu_total_bytes=node_total,
+        gpu_total_bytes=vllm_total,
         gpu_memory_utilization=_UTILIZATION,
         max_model_len=1024,
         block_size=128,
         platform="cpu",
     )
+    consumed = re.search(
+        r"([\d.]+) GiB memory was consumed by non-kv usages", line.log.read_text(errors="replace")
+    )
     print(
-        f"vLLM: {tokens:,} tokens; estimate: {est.reported_tokens:,} (node total {node_total / GiB:.2f} GiB)"
+        f"vLLM: {line.tokens:,} tokens of a {said[2]} GiB node, {consumed[1] if consumed else '?'} GiB not KV; "
+        f"estimate: {est.reported_tokens:,} (the node reads {node_total / GiB:.2f} GiB now)"
     )
     tolerance_tokens = _AUTO_TOLERANCE_BYTES // shape.kv_bytes_per_token()
-    assert abs(tokens - est.reported_tokens) <= tolerance_tokens, (tokens, est.reported_tokens)
+    assert abs(line.tokens - est.reported_tokens) <= tolerance_tokens, (line.tokens, est.reported_tokens)
