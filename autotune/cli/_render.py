@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import optuna
 from rich.markup import escape
@@ -16,7 +16,10 @@ from rich.table import Table
 from autotune.study import TrialRecord, TrialReport, read_record
 from autotune.tuning import FORMATS_ATTR
 
-__all__ = ["FORMATS_ATTR", "fmt_params", "fmt_value", "study_table", "trial_line"]
+if TYPE_CHECKING:
+    from autotune.report import GroupView  # plotly: imported only where a page is drawn
+
+__all__ = ["FORMATS_ATTR", "fmt_params", "fmt_value", "group_table", "study_table", "trial_line"]
 
 
 def fmt_value(metric: str, value: float | None) -> str:
@@ -150,5 +153,34 @@ def study_table(study: optuna.Study, metric: str) -> Table:
             _peak_gib(rec),
             f"{rec.startup_s:.0f}" if rec.startup_s is not None else "-",
         ]
+        table.add_row(*row)
+    return table
+
+
+def group_table(view: GroupView) -> Table:
+    """A group study's trials: kind, status, the split, the group objective, and each model's
+    objective figure with its ratio to the baseline group (its own parameters on the next lines)."""
+    table = Table(title=f"group study {view.name} ({view.budget})", show_lines=True)
+    cols = ["#", "kind", "status", "split " + "/".join(view.names), "group objective"]
+    cols += [f"{n} {view.metric(n)} (ratio)" for n in view.names] + ["reason"]
+    for col in cols:
+        table.add_column(col, overflow="fold")
+    for tr in view.trials:
+        row = [
+            str(tr.number),
+            tr.kind,
+            tr.status,
+            "/".join(f"{tr.split.get(n, 0.0):.2f}" for n in view.names),
+            f"{tr.value:.3f}" if tr.value is not None else "-",
+        ]
+        for n in view.names:
+            rec = tr.models.get(n) or {}
+            value = (rec.get("figures") or {}).get(view.metric(n))
+            ratio = tr.ratios.get(n)
+            shown = fmt_value(view.metric(n), value) if isinstance(value, int | float) else "-"
+            shown += f" ({ratio:.3f})" if ratio is not None else ""
+            own = fmt_params(tr.params.get(n) or {}, sep="\n") if tr.params.get(n) else ""
+            row.append(shown + (f"\n{own}" if own else ""))
+        row.append(tr.reason)
         table.add_row(*row)
     return table

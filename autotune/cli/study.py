@@ -10,9 +10,10 @@ import typer
 
 from autotune.cli._console import console, out
 from autotune.cli._open import existing_study
-from autotune.cli._render import study_table
+from autotune.cli._render import group_table, study_table
 from autotune.cli._study_options import Storage, StudiesDir
-from autotune.errors import StorageError
+from autotune.errors import ConfigError, StorageError
+from autotune.tuning import GROUP_FINGERPRINT_ATTR
 
 # typer needs Optional[...] at runtime on Python 3.10
 # ruff: noqa: UP045
@@ -41,6 +42,12 @@ def export(
     from autotune.study import choose_export, export_costs
 
     st = existing_study(storage, study, studies_dir)
+    if GROUP_FINGERPRINT_ATTR in st.user_attrs:  # a group study
+        raise ConfigError(
+            f"--study {study}: a group study (several models on one server) is exported by `autotune run -f "
+            "GROUP.yaml`: one YAML per model and a launch file, each checked by vLLM's parser (fix: `autotune "
+            f"run -f GROUP.yaml --study {study} --n-trials 0 --out DIR`, which confirms and exports what it holds)"
+        )
     metric = str(st.user_attrs.get("objective", "ttft_p90"))
     notes: list[str] = []
     chosen: optuna.trial.FrozenTrial | None
@@ -73,8 +80,14 @@ def show(
     storage: Storage = None,
     studies_dir: StudiesDir = Path("studies"),
 ) -> None:
-    """Print a study's trials: configuration, figures, hit rates, memory, failures."""
+    """Print a study's trials: configuration, figures, hit rates, memory, failures. A group study's:
+    each trial's split, group objective and every model's figure and ratio."""
     st = existing_study(storage, study, studies_dir)
+    if GROUP_FINGERPRINT_ATTR in st.user_attrs:  # a group study
+        from autotune.report import group_view  # plotly: only for a group study's table
+
+        console.print(group_table(group_view(st)))
+        return
     console.print(study_table(st, st.user_attrs.get("objective", "ttft_p90")))
     effective = st.user_attrs.get("study_spec")
     if isinstance(effective, dict):

@@ -7,14 +7,17 @@ through :mod:`autotune.tuning`; writes only the file it is asked to write.
 
 from __future__ import annotations
 
-from autotune.report._group import is_group_study, write_group_report
+from autotune.report._group import GroupTrialView, GroupView, group_view, is_group_study, write_group_report
 from autotune.report._html import write_plotly_js
 from autotune.report._nightly import write_nightly_index
 from autotune.report._nights import figure_text
 from autotune.report._study import render_study_report, write_study_report
 
 __all__ = [
+    "GroupTrialView",
+    "GroupView",
     "figure_text",
+    "group_view",
     "is_group_study",
     "render_study_report",
     "write_group_report",

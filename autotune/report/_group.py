@@ -24,7 +24,14 @@ from autotune.report._html import Cell, Section, esc, figure_html, page, table_h
 from autotune.report._summary import facts_table
 from autotune.tuning import GROUP_FINGERPRINT_ATTR
 
-__all__ = ["is_group_study", "render_group_report", "write_group_report"]
+__all__ = [
+    "GroupTrialView",
+    "GroupView",
+    "group_view",
+    "is_group_study",
+    "render_group_report",
+    "write_group_report",
+]
 _MODEL_FIGURES = (
     ("ttft_p90", "TTFT p90 ms", "{:,.1f}"),
     ("ttft_p50", "TTFT p50 ms", "{:,.1f}"),
@@ -44,7 +51,9 @@ def is_group_study(study: optuna.Study) -> bool:
 
 
 @dataclass(frozen=True)
-class _Trial:
+class GroupTrialView:
+    """One group trial as recorded."""
+
     number: int
     kind: str  # baseline, prior, sampled
     status: str  # ok, infeasible, failed
@@ -57,20 +66,22 @@ class _Trial:
 
 
 @dataclass(frozen=True)
-class _Group:
+class GroupView:
+    """A group study as recorded."""
+
     name: str
     names: tuple[str, ...]
     about: Mapping[str, Mapping[str, str]]  # NAME -> model, workload, space, weight (as fingerprinted)
     budget: str
-    trials: tuple[_Trial, ...]
+    trials: tuple[GroupTrialView, ...]
     confirmations: Mapping[int, Mapping[str, Any]]
 
     @property
-    def baseline(self) -> _Trial | None:
+    def baseline(self) -> GroupTrialView | None:
         return next((t for t in self.trials if t.kind == "baseline"), None)
 
     @property
-    def best(self) -> _Trial | None:
+    def best(self) -> GroupTrialView | None:
         measured = [t for t in self.trials if t.value is not None]
         return min(measured, key=lambda t: t.value or 0.0, default=None)
 
@@ -86,7 +97,8 @@ class _Group:
         return "ttft_p90"
 
 
-def _collect(study: optuna.Study) -> _Group:
+def group_view(study: optuna.Study) -> GroupView:
+    """What a group study recorded, for a page or a table: its models, budget, trials and confirmations."""
     fp: Mapping[str, Mapping[str, str]] = study.user_attrs.get(GROUP_FINGERPRINT_ATTR) or {}
     names: list[str] = [k.rsplit(".", 1)[0] for k in fp if k.endswith(".weight")]
     about: dict[str, dict[str, str]] = {n: {} for n in names}
@@ -117,7 +129,7 @@ def _collect(study: optuna.Study) -> _Group:
             if model in params and model != "split":
                 params[model][param] = value
         trials.append(
-            _Trial(
+            GroupTrialView(
                 number=t.number,
                 kind=str(t.user_attrs.get("group_trial") or "sampled"),
                 status=status,
@@ -135,7 +147,7 @@ def _collect(study: optuna.Study) -> _Group:
         if k.startswith("group_confirmation_") and k.rsplit("_", 1)[1].isdigit()
     }
     share = (fp.get("share") or {}).get("what", "")
-    return _Group(study.study_name, tuple(names), about, str(share), tuple(trials), confirmations)
+    return GroupView(study.study_name, tuple(names), about, str(share), tuple(trials), confirmations)
 
 
 def write_group_report(study: optuna.Study, path: Path, *, plotly_src: str | None = None) -> Path:
@@ -145,7 +157,7 @@ def write_group_report(study: optuna.Study, path: Path, *, plotly_src: str | Non
 
 
 def render_group_report(study: optuna.Study, *, plotly_src: str | None = None) -> str:
-    g = _collect(study)
+    g = group_view(study)
     if not g.trials:
         raise StorageError(
             f"group study {g.name!r} has no finished group trial yet: nothing to report "
@@ -174,7 +186,7 @@ def _split_text(split: Mapping[str, float]) -> str:
     return "/".join(f"{v:.2f}" for v in split.values())
 
 
-def _summary(g: _Group) -> str:
+def _summary(g: GroupView) -> str:
     rows: list[list[str]] = [["budget", g.budget or "-"]]
     for name in g.names:
         a = g.about.get(name, {})
@@ -211,14 +223,14 @@ def _summary(g: _Group) -> str:
     return facts_table([(str(k), str(v)) for k, v in rows])
 
 
-def _row_class(g: _Group, t: _Trial) -> str:
+def _row_class(g: GroupView, t: GroupTrialView) -> str:
     best = g.best
     if best is not None and t.number == best.number:
         return "best"
     return "baseline" if t.kind == "baseline" else ""
 
 
-def _trial_table(g: _Group) -> str:
+def _trial_table(g: GroupView) -> str:
     headers = [
         "#", "kind", "status", *(f"{n} share" for n in g.names), "group objective",
         *(f"{n} ratio" for n in g.names), "reason",
@@ -249,7 +261,7 @@ def _trial_table(g: _Group) -> str:
     return note + '<div class="wide">' + table + "</div>"
 
 
-def _split_figure(g: _Group) -> go.Figure:
+def _split_figure(g: GroupView) -> go.Figure:
     """Each trial's split as stacked bars (one colour per model), the group objective over it."""
     fig = make_subplots(specs=[[{"secondary_y": True}]])
     x = [t.number for t in g.trials]
@@ -298,7 +310,7 @@ def _split_figure(g: _Group) -> go.Figure:
     return fig
 
 
-def _model_section(g: _Group, name: str, index: int) -> str:
+def _model_section(g: GroupView, name: str, index: int) -> str:
     metric = g.metric(name)
     a = g.about.get(name, {})
     facts = ", ".join(a[p] for p in ("model", "workload") if a.get(p))
@@ -346,7 +358,7 @@ def _num(value: Any) -> float | None:
     return float(value) if isinstance(value, int | float) else None
 
 
-def _model_plot(g: _Group, name: str, metric: str, index: int) -> str:
+def _model_plot(g: GroupView, name: str, metric: str, index: int) -> str:
     """The model's objective metric against its share: where its KV memory buys it something."""
     points = [
         (t, _num(((t.models.get(name) or {}).get("figures") or {}).get(metric)))

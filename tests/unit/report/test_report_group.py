@@ -74,3 +74,16 @@ def test_a_group_study_with_no_finished_trial_says_so(tmp_path: Path) -> None:
     study.set_user_attr("group_fingerprint", {})
     with pytest.raises(StorageError, match="no finished group trial"):
         write_group_report(study, tmp_path / "e.html")
+
+
+def test_show_prints_a_group_studys_trials_and_export_points_to_run(group_study: optuna.Study) -> None:
+    studies = group_study.user_attrs["studies_dir"]
+    shown = CliRunner().invoke(app, ["show", "--study", "g", "--studies-dir", studies], terminal_width=250)
+    assert shown.exit_code == 0, shown.output
+    assert "group study g" in shown.output and "split rag/chat" in shown.output
+    rows = [ln for ln in shown.output.splitlines() if ln.startswith("│ ") and ln[2].isdigit()]
+    assert [r.split("│")[2].strip() for r in rows] == ["baseline", "prior", "sampled", "sampled"]
+    assert "0.70/0.30" in rows[1] and "171.4 ms (0.714)" in rows[1] and "vLLM defaults" not in shown.output
+    refused = CliRunner().invoke(app, ["export", "--study", "g", "--studies-dir", studies])
+    assert isinstance(refused.exception, ConfigError), refused.output
+    assert "autotune run -f GROUP.yaml --study g --n-trials 0" in str(refused.exception)
