@@ -27,6 +27,7 @@ from autotune.tuning import (
     export_group,
     preview_group,
     prior_split,
+    record_deployed,
     run_group_study,
     study_directory,
 )
@@ -122,6 +123,7 @@ def _run(setup: GroupSetup, common: StudySpec) -> int:
     chosen, header = _confirm(setup, evaluate, study, base, best, common)
     target = common.out or sdir / "export"
     written = export_group(setup, evaluate, chosen, target, header)
+    record_deployed(study, chosen, written)  # a night re-measures it as its incumbent
     for model, path in written.configs.items():
         out.print(f"wrote {path} ({model})", soft_wrap=True)
     out.print(f"launch the group as measured: sh {written.launch}", soft_wrap=True)

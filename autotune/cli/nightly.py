@@ -12,6 +12,7 @@ import typer
 from rich.text import Text
 
 from autotune.cli._console import console, out
+from autotune.cli._group_night import night_group
 from autotune.cli._open import open_and_announce
 from autotune.cli._study_options import FILE_HELP, ExportPath, Storage, StudiesDir, study_command
 from autotune.errors import EXIT_BUDGET, EXIT_NOTHING_FEASIBLE, EXIT_REGRESSION, ConfigError, PromoteHookError
@@ -30,7 +31,7 @@ app = typer.Typer(
 
 
 @app.callback(invoke_without_command=True)
-@study_command("nightly")
+@study_command("nightly", group=night_group)
 def nightly(spec: StudySpec) -> None:
     """One night: re-measure the deployed config against vLLM's defaults, search from the best known
     configs within --budget, and promote a new config only when it beats the incumbent by more than

@@ -3,6 +3,7 @@ gain, flag regressions against tonight's own noise, and keep one record per nigh
 
 from __future__ import annotations
 
+from autotune.nightly._group_night import GroupNight, GroupNightOptions, group_nights, run_group_night
 from autotune.nightly._history import NightRecord, save_night
 from autotune.nightly._night import NightOptions, run_night
 from autotune.nightly._plan import process_start
@@ -11,14 +12,18 @@ from autotune.nightly._replay_bound import bound_night_replay
 from autotune.nightly._reports import history_table, write_night_reports
 
 __all__ = [
+    "GroupNight",
+    "GroupNightOptions",
     "NightOptions",
     "NightRecord",
     "bound_night_replay",
+    "group_nights",
     "history_table",
     "keep_promoted",
     "process_start",
     "promoted_history",
     "rollback",
+    "run_group_night",
     "run_night",
     "run_on_promote",
     "save_night",

@@ -14,11 +14,12 @@ import optuna
 
 from autotune.errors import AutotuneError, StudyNotFoundError
 from autotune.nightly._fingerprint import model_tokenizer
+from autotune.nightly._group_night import group_nights
 from autotune.nightly._history import NightRecord, figure_range, nights, save_night
 from autotune.report import write_nightly_index, write_plotly_js, write_study_report
 from autotune.space import flag_pairs
 from autotune.study import open_storage, redact_url, resolve_storage_url
-from autotune.tuning import TuningSetup
+from autotune.tuning import GROUP_FINGERPRINT_ATTR, TuningSetup
 from autotune.workload import inspect_workload
 
 __all__ = ["HistoryTable", "history_table", "index_rows", "night_workload_facts", "write_night_reports"]
@@ -131,6 +132,8 @@ def history_table(study: str, storage: str | None, studies_dir: Path) -> History
         st = optuna.load_study(study_name=study, storage=open_storage(url))
     except KeyError as exc:
         raise StudyNotFoundError(f"--study: no study named {study!r} in {redact_url(url)}") from exc
+    if GROUP_FINGERPRINT_ATTR in st.user_attrs:
+        return _group_history(study, group_nights(st))
     found = nights(st)
     if not found:
         return HistoryTable(
@@ -154,3 +157,45 @@ def history_table(study: str, storage: str | None, studies_dir: Path) -> History
             )
         )
     return HistoryTable(f"nights of study {study} ({found[-1].metric})", HISTORY_COLUMNS, tuple(rows))
+
+
+_GROUP_COLUMNS = (
+    "night",
+    "date",
+    "incumbent",
+    "its objective",
+    "regression",
+    "decision",
+    "trials",
+    "time",
+    "why",
+)
+
+
+def _group_history(study: str, found: list[dict[str, Any]]) -> HistoryTable:
+    """A group study's nights (``autotune nightly -f group.yaml``): the incumbent's group objective
+    against each night's baseline group, the decision and why."""
+    if not found:
+        return HistoryTable(
+            f"group study {study} has no nights yet (run `autotune nightly -f GROUP.yaml`)", (), ()
+        )
+    rows = []
+    for n in found:
+        value = n.get("incumbent_value")
+        changed = "; ".join(n.get("changes") or ())
+        rows.append(
+            (
+                str(n.get("number")),
+                str(n.get("started_at", ""))[:16],
+                str(n.get("incumbent", "")),
+                f"{value:.3f}" if isinstance(value, int | float) else "-",
+                "YES" if n.get("regression") else "no",
+                str(n.get("decision", "")) + (f" #{n['best']}" if n.get("decision") == "promoted" else ""),
+                str(len(n.get("trials") or ())),
+                f"{float(n.get('duration_s') or 0) / 60:.1f} min",
+                str(n.get("reason", "")) + (f"; changed: {changed}" if changed else ""),
+            )
+        )
+    return HistoryTable(
+        f"nights of group study {study} (group objective, baseline group = 1.0)", _GROUP_COLUMNS, tuple(rows)
+    )

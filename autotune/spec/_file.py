@@ -127,7 +127,8 @@ def load_study_file(path: Path) -> StudyFile:
         if key in data:
             raise ConfigError(
                 f"{path}:{lines.get(key, '?')}: {key!r}: a study of several models on one server runs with "
-                f"`autotune run -f {path}` (fix: run it with `autotune run`, or study one model here)"
+                f"`autotune run -f {path}` and `autotune nightly -f {path}`; this command takes one model's "
+                "study (fix: one of those, or a study file of one model)"
             )
     return study_file_from(path, data, lines)
 

@@ -17,6 +17,7 @@ from autotune.tuning._fingerprint import (
 )
 from autotune.tuning._gpus import GpuGroup, for_gpus, on_gpus, parse_gpus, plan_groups, record_devices
 from autotune.tuning._group import GroupSetup, build_group
+from autotune.tuning._group_deployed import DEPLOYED_ATTR, deployed_trial, record_deployed
 from autotune.tuning._group_export import baseline_group_trial, best_group_trial, confirm_group, export_group
 from autotune.tuning._group_preview import GroupPreview, preview_group
 from autotune.tuning._group_prior import prior_split
@@ -24,9 +25,11 @@ from autotune.tuning._group_study import (
     GROUP_FINGERPRINT_ATTR,
     GroupTrialReport,
     check_group_fingerprint,
+    group_fingerprint,
     run_group_study,
+    stored_baseline,
 )
-from autotune.tuning._group_trial import GroupEvaluator
+from autotune.tuning._group_trial import GroupEvaluator, GroupTrialResult
 from autotune.tuning._lock import StudyLock, claim_worker_slot
 from autotune.tuning._open import FORMATS_ATTR, open_study, study_directory
 from autotune.tuning._policy import TrialScope
@@ -36,6 +39,7 @@ from autotune.tuning._worker import RUN_ATTR, WorkerSpec, run_worker, study_choi
 from autotune.tuning._workers import ParallelRun, run_parallel
 
 __all__ = [
+    "DEPLOYED_ATTR",
     "FINGERPRINT_ATTR",
     "FORMATS_ATTR",
     "GROUP_FINGERPRINT_ATTR",
@@ -46,6 +50,7 @@ __all__ = [
     "GroupPreview",
     "GroupSetup",
     "GroupTrialReport",
+    "GroupTrialResult",
     "ParallelRun",
     "StudyLock",
     "TrialScope",
@@ -62,9 +67,11 @@ __all__ = [
     "claim_worker_slot",
     "confirm_best",
     "confirm_group",
+    "deployed_trial",
     "effective_fingerprint",
     "export_group",
     "for_gpus",
+    "group_fingerprint",
     "on_gpus",
     "open_study",
     "parse_gpus",
@@ -74,12 +81,14 @@ __all__ = [
     "preview_group",
     "prior_split",
     "recheck_baseline",
+    "record_deployed",
     "record_devices",
     "record_effective_study",
     "run_group_study",
     "run_parallel",
     "run_worker",
     "space_change_note",
+    "stored_baseline",
     "study_choices",
     "study_directory",
     "study_fingerprint",

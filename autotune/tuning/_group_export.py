@@ -110,18 +110,21 @@ def confirm_group(
     min_improvement: float,
     first_number: int,
     on_run: Callable[[str, int, GroupTrialResult], None] | None = None,
+    base_label: str = "baseline group",
 ) -> GroupConfirmation:
-    """Re-measure ``best`` against ``baseline`` (module docstring); numbers from ``first_number``."""
+    """Re-measure ``best`` against ``baseline`` (module docstring); numbers from ``first_number``.
+    ``baseline`` may be any group trial of the study (a night's incumbent, ``base_label``): its
+    split and its own parameters are what run."""
     base_split, best_split = dict(baseline.user_attrs["split"]), dict(best.user_attrs["split"])
-    values = _values(best, setup)
+    base_values, values = _values(baseline, setup), _values(best, setup)
     a: dict[str, list[float]] = {n: [] for n in setup.names}
     b: dict[str, list[float]] = {n: [] for n in setup.names}
     paired: list[float] = []
     n = first_number
     for r in range(rounds):
-        base = evaluate(n, base_split, {})
+        base = evaluate(n, base_split, base_values)
         if on_run is not None:
-            on_run("baseline group", r, base)
+            on_run(base_label, r, base)
         cand = evaluate(n + 1, best_split, values, baseline=base if base.ok else None)
         if on_run is not None:
             on_run(f"trial {best.number}", r, cand)

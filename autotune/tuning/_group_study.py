@@ -33,7 +33,14 @@ from autotune.tuning._fingerprint import fingerprint_diffs, study_fingerprint
 from autotune.tuning._group import GroupSetup
 from autotune.tuning._group_trial import GroupEvaluator, GroupTrialResult
 
-__all__ = ["GROUP_FINGERPRINT_ATTR", "GroupTrialReport", "check_group_fingerprint", "run_group_study"]
+__all__ = [
+    "GROUP_FINGERPRINT_ATTR",
+    "GroupTrialReport",
+    "check_group_fingerprint",
+    "group_fingerprint",
+    "run_group_study",
+    "stored_baseline",
+]
 
 GROUP_FINGERPRINT_ATTR = "group_fingerprint"  # study attr: what a group study measures, hashed
 
@@ -159,12 +166,17 @@ def run_group_study(
     n_trials: int,
     first: Mapping[str, float] | None = None,
     on_done: Callable[[GroupTrialReport], None] | None = None,
+    baseline: GroupTrialResult | None = None,
+    attrs: Mapping[str, Any] | None = None,
+    should_stop: Callable[[], bool] | None = None,
 ) -> optuna.Study:
     """``n_trials`` more group trials into ``study`` (minimised): the baseline group, the prior's
     split, then sampled ones; a resumed study keeps the baseline group and the prior's split it has
     measured (every later trial is held against that baseline). The baseline group failing stops
-    the study (nothing to compare with)."""
-    baseline = stored_baseline(study, setup)
+    the study (nothing to compare with). ``baseline``: the baseline group measured elsewhere (a
+    night's, on tonight's traffic), held against instead of the study's; ``attrs``: set on every
+    trial; ``should_stop``: asked before each trial (a night's budget)."""
+    baseline = baseline or stored_baseline(study, setup)
     prior_done = any(t.user_attrs.get("group_trial") == "prior" for t in study.get_trials(deepcopy=False))
     kinds = [
         *([] if baseline is not None else ["baseline"]),
@@ -172,7 +184,11 @@ def run_group_study(
         *["sampled"] * n_trials,
     ][:n_trials]
     for kind in kinds:
+        if should_stop is not None and should_stop():
+            break
         trial, split, values = _ask(study, setup, kind, first)
+        for key, attr in (attrs or {}).items():
+            trial.set_user_attr(key, attr)
         trial.set_user_attr("group_trial", kind)
         trial.set_user_attr("split", dict(split))
         if kind == "baseline":

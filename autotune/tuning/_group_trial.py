@@ -113,6 +113,9 @@ class GroupEvaluator:
     log_dir: Path
     check_args: bool = True
     mode: GroupMode = "worst"
+    # each model's vLLM caches under cache_root/NAME/cache (default: log_dir): a night's engines share
+    # the study's, as one engine's nights do
+    cache_root: Path | None = None
     evaluators: dict[str, VllmEvaluator] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -124,7 +127,10 @@ class GroupEvaluator:
         for i, m in enumerate(self.setup.models):
             s = for_gpus(m.setup, slots[i]) if slots else m.setup
             (self.log_dir / m.name).mkdir(parents=True, exist_ok=True)
-            self.evaluators[m.name] = s.evaluator(self.log_dir / m.name, check_args=self.check_args)
+            cache = (self.cache_root or self.log_dir) / m.name / "cache"
+            self.evaluators[m.name] = s.evaluator(
+                self.log_dir / m.name, check_args=self.check_args, cache_dir=cache
+            )
 
     def __call__(
         self,
