@@ -35,7 +35,8 @@ app = typer.Typer(
 def nightly(spec: StudySpec) -> None:
     """One night: re-measure the deployed config against vLLM's defaults, search from the best known
     configs within --budget, and promote a new config only when it beats the incumbent by more than
-    tonight's noise.
+    tonight's noise. With -f a group file (models:), one night of the group study: the deployed group
+    in --out against tonight's baseline group, a search, and a promotion of all models or none.
 
     Exit codes: 0 no regression (kept or promoted); 3 regression detected; 4 nothing feasible;
     2 usage error; 6 the study is already running; 8 the budget could not hold one candidate (the last
