@@ -6,8 +6,8 @@ As one engine's night (:mod:`autotune.nightly._night`), for the whole group:
 2. The incumbent is the deployed group: the group trial whose export is in ``out`` (the study records
    what it exported; a file changed since is an error), else the baseline group. Tonight's baseline
    group and the incumbent run alternately, ``rounds`` times: the baseline group is tonight's
-   reference (1.0), and an incumbent worse than it beyond ``min_improvement`` on the median of its
-   rounds, or one that no longer runs, is a regression.
+   reference (1.0), and an incumbent worse than it beyond ``min_improvement`` in every round (two
+   or more: one round measures no noise), or one that no longer runs, is a regression.
 3. A search of new group trials (split and each model's space), held against tonight's baseline
    group, while the budget holds the promotion check.
 4. Tonight's best group against the incumbent, A B A B; promoted only when the group objective
@@ -214,15 +214,24 @@ def run_group_night(
             reason=f"tonight's baseline group did not run ({bases[-1].reason}): nothing to measure against",
         )  # fmt: skip
     inc_value = 1.0 if one_arm else (statistics.median(inc_values) if inc_values else None)
-    regression = bool(inc_failed and not inc_values) or (
-        inc_value is not None and inc_value > 1 + options.min_improvement
-    )
+    # worse than tonight's baseline group beyond the floor in every round (two or more: one round
+    # measures no noise, and on a busy host a model's p50 of tens of ms moves 2x run to run), or no
+    # longer running
+    worse = len(inc_values) >= 2 and min(inc_values) > 1 + options.min_improvement
+    regression = bool(inc_failed and not inc_values) or worse
     if regression:
         why = (
-            inc_failed
-            or f"{inc_value:.3f} against tonight's baseline group, beyond the {options.min_improvement:.0%} floor"
+            f"no longer runs ({inc_failed})"
+            if not worse
+            else f"scored {', '.join(f'{v:.3f}' for v in inc_values)} against tonight's baseline group, worse "
+            f"beyond the {options.min_improvement:.0%} floor in every round"
         )
         say(f"night {number}: REGRESSION: the {label} {why}")
+    elif len(inc_values) == 1 and inc_values[0] > 1 + options.min_improvement:
+        say(
+            f"night {number}: the {label} scored {inc_values[0]:.3f} against tonight's baseline group in its one "
+            "round: one round measures no noise, so no regression is called (fix: --rounds 2)"
+        )
 
     # 2. the search, held against tonight's baseline group
     reserve = 2 * options.rounds  # the promotion check's runs
