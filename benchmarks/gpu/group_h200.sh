@@ -5,44 +5,59 @@
 # and short multi-turn chat (chat_short.jsonl) on the other. It measures the tool's split (the prior's)
 # against the equal split, alternating (the study's A B A B confirmation).
 #
+# Issue 47 item 1 (the co-located split where memory is scarce) runs the same steps with a smaller chat
+# model (a 1.5B-shaped Qwen2 with the same tokenizer: benchmarks/gpu/mk_small_model.py), a share the
+# equal split starves the RAG model at, and p90 TTFT as each model's objective metric:
+#   SHARE=0.25 CHAT_MODEL=/root/m1p5b OBJECTIVE=ttft_p90 bash benchmarks/gpu/group_h200.sh dry|study|ab
+# Variables (defaults: issue 40's run): SHARE (0.5), RAG_MODEL and CHAT_MODEL (/root/m8b), OBJECTIVE
+# (ttft_p50), R (the study's folder, /root/grp), T (the step's time limit, 560 s).
+#
 # On this machine first: ../shared/gpu/prepare.sh && bash benchmarks/gpu/prepare_pins.sh
-# Then, calls back to back (the machine goes back about 30 s after one):
-#   call 1 (.gpu/c1 .gpu/p .gpu/s): bash .gpu/s/install.sh c1 && python3 .gpu/s/untar.py .gpu/p/p.tar.xz /root/site && bash benchmarks/gpu/group_h200.sh dry
-#   call 2 (.gpu/c2 .gpu/s):        bash .gpu/s/install.sh c2 && bash benchmarks/gpu/group_h200.sh study
-#   call 3:                         bash benchmarks/gpu/group_h200.sh ab
+# Then, calls back to back (the machine goes back about 30 s after one). c1 + the pins archive + the
+# working tree no longer fit one call's 64 MiB, so issue 47 ran four calls:
+#   call 1 (.gpu/c1 .gpu/s): bash .gpu/s/install.sh c1 && python3 benchmarks/gpu/mk_small_model.py /root/m8b /root/m1p5b
+#   call 2 (.gpu/p .gpu/s):  python3 .gpu/s/untar.py .gpu/p/p.tar.xz /root/site && bash benchmarks/gpu/group_h200.sh dry
+#   call 3 (.gpu/c2 .gpu/s): bash .gpu/s/install.sh c2 && bash benchmarks/gpu/group_h200.sh study
+#   call 4:                  bash benchmarks/gpu/group_h200.sh ab
+# (issue 40's run: call 1 carried .gpu/c1 .gpu/p .gpu/s and ran the untar and dry step after c1.)
 #
 # dry:   every engine's command for the baseline, the prior's split and 3 samples, each checked by
 #        vLLM's own parser, and the prior's reasons (no engine starts).
-# study: the baseline group (the equal split) and the prior's split, one group trial each (both engines
-#        start together, both workloads replay at once); no confirmation yet.
+# study: the baseline group (the equal split) and the prior's split, one group trial each (engines
+#        start one at a time, both workloads replay at once); no confirmation yet.
 # ab:    the same study resumed with no new trial: the best group against the baseline group,
 #        A B A B (2 rounds), then the export (one YAML per model and launch.sh) under $OUT.
-# The study lives in /root/grp between calls; each call's files come back under $OUT. T=S: the step's
-# time limit (default 560 s; less where one call also installs).
+# After study and ab, benchmarks/gpu/group_logs.py writes under $OUT what the study's vLLM logs say
+# (kv-lines.txt: KV memory and tokens per engine start, the last prefix-cache hit rate; phases.json:
+# each start's phases) and logs.tar.gz (the logs less their HTTP access lines, each run's per-request
+# timings, the study's SQLite file). FULL_TAR=1: also the whole study folder as grp.tar.gz (issue 40).
 set -uo pipefail
 STEP=${1:?usage: group_h200.sh dry|study|ab}
 source .gpu/s/env.sh
 export PYTHONPATH=$PWD:${PYTHONPATH:-} PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}
-R=/root/grp
+R=${R:-/root/grp}
 SHARE=${SHARE:-0.5}
+RAG_MODEL=${RAG_MODEL:-/root/m8b}
+CHAT_MODEL=${CHAT_MODEL:-/root/m8b}
+OBJECTIVE=${OBJECTIVE:-ttft_p50}
 mkdir -p "$OUT" "$R"
 G="$R/group.yaml"
 cat > "$G" <<YAML
 # written by benchmarks/gpu/group_h200.sh
 models:
   - name: rag
-    model: /root/m8b
+    model: $RAG_MODEL
     workload: $PWD/benchmarks/gpu/rag_long.jsonl
   - name: chat
-    model: /root/m8b
+    model: $CHAT_MODEL
     workload: $PWD/benchmarks/gpu/chat_short.jsonl
 share:
   gpu_memory_utilization: $SHARE
 engine_args: [--load-format=dummy, --max-model-len=8192, --enforce-eager]
 launcher: python3 -m vllm.entrypoints.cli.main serve
 passes: "1"
-objective: ttft_p50
+objective: $OBJECTIVE
 YAML
 cp "$G" "$OUT/group.yaml"
 snap() { nvidia-smi --query-gpu=index,name,memory.used,memory.total --format=csv,noheader; }
@@ -60,10 +75,22 @@ run() {  # the tool, timed; what it printed under $OUT
   left_over | tee -a "$OUT/gpu-$name.txt"
   tail -30 "$OUT/$name.stdout"
 }
+logs() {  # what the study's vLLM logs say, small enough to come back
+  timeout 60 python3 benchmarks/gpu/group_logs.py "$R" "$OUT" > "$OUT/logs-$1.stdout" 2>&1
+  tail -40 "$OUT/logs-$1.stdout"
+}
 case "$STEP" in
   dry)   run dry --dry-run --dry-run-samples 3 ;;
-  study) run study --n-trials 2 --confirm-rounds 0 --out "$R/export-study" ;;
-  ab)    run ab --n-trials 0 --confirm-rounds 2 --out "$OUT/export"
-         tar -czf "$OUT/grp.tar.gz" -C /root grp 2>/dev/null ;;
+  study) run study --n-trials 2 --confirm-rounds 0 --out "$R/export-study"; logs study ;;
+  ab)    run ab --n-trials 0 --confirm-rounds 2 --out "$OUT/export"; logs ab
+         if [ "${FULL_TAR:-0}" = 1 ]; then tar -czf "$OUT/grp.tar.gz" -C "$(dirname "$R")" "$(basename "$R")" 2>/dev/null; fi ;;
   *) echo "usage: group_h200.sh dry|study|ab"; exit 2 ;;
 esac
+# At most 8 files come back from a call: everything else of the step in one archive ($STEP.tar.gz).
+keep=("$STEP.stdout" "gpu-$STEP.txt" kv-lines.txt phases.json logs.tar.gz grp.tar.gz)
+(cd "$OUT" && tar czf "/tmp/$STEP.tar.gz" --exclude=logs.tar.gz --exclude=grp.tar.gz . ) \
+  && for f in "$OUT"/* "$OUT"/.[!.]*; do
+       [ -e "$f" ] || continue
+       case " ${keep[*]} " in *" $(basename "$f") "*) ;; *) rm -rf "$f" ;; esac
+     done && mv "/tmp/$STEP.tar.gz" "$OUT/"
+ls -la "$OUT"
