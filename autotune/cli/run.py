@@ -26,6 +26,7 @@ from autotune.study import (
     TrialReport,
     baseline_saturation,
     baseline_trial,
+    baseline_what,
     best_feasible,
     choose_export,
     export_costs,
@@ -169,7 +170,7 @@ def _run_trials(
     done = {"n": 0}
 
     def on_start(number: int, baseline: bool, params: Mapping[str, Any]) -> None:
-        what = ("baseline: reference " if params else "baseline: vLLM defaults ") if baseline else ""
+        what = ("baseline: reference " if params else f"baseline: {baseline_what(st)} ") if baseline else ""
         console.print(
             f"[bold]trial {done['n'] + 1}/{n_trials}[/bold] (#{number}) starting: {what}"
             + (fmt_params(params, formats) if params or not baseline else "")
@@ -269,7 +270,13 @@ def _confirm(
     )
     lines: list[str] = []
     if confirmation is not None:
-        verdict = "confirmed" if confirmation["confirmed"] else "not confirmed: exporting the baseline"
+        verdict = (
+            "confirmed"
+            if confirmation["confirmed"]
+            else "inconclusive: exporting the baseline"
+            if confirmation.get("inconclusive")
+            else "not confirmed: exporting the baseline"
+        )
         lines.append(
             f"re-measured trial {confirmation['trial']} against the baseline: {verdict} ({confirmation['why']})"
         )

@@ -12,7 +12,7 @@ from autotune.errors import ExportError
 from autotune.report._data import StudyFacts
 from autotune.report._html import Cell, esc, table_html
 from autotune.report._plots import params_text
-from autotune.study import baseline_saturation, saturation_summary
+from autotune.study import baseline_saturation, saturation_summary, unit
 
 __all__ = ["facts_table", "summary_html"]
 
@@ -30,7 +30,7 @@ _COMPARED = (
 
 
 def _unit(metric: str) -> str:
-    return " tok/s" if metric.endswith("throughput") else (" req/s" if metric == "goodput" else " ms")
+    return " " + unit(metric)
 
 
 def _fmt(metric: str, value: float | None) -> str:

@@ -44,7 +44,7 @@ COST_FIGURES = (
     "e2el_p50",
     "output_throughput",
 )
-_HIGHER_IS_BETTER = frozenset({"output_throughput", "request_throughput", "goodput"})
+_HIGHER_IS_BETTER = frozenset({"output_throughput", "request_throughput", "goodput", "capacity"})
 
 
 @dataclass(frozen=True)

@@ -53,7 +53,27 @@ def confirm_best(
     ok, why = significant_gain(
         result, objective.metric, maximize=objective.direction == "maximize", min_improvement=min_improvement
     )
-    record = {"trial": best.number, "confirmed": ok, "why": why, "comparison": result.as_dict()}
+    late = [
+        r
+        for arm in (result.a, result.b)
+        for r in arm.runs
+        if r.ok and r.figures and r.figures.raw.get("behind_schedule")
+    ]
+    inconclusive = bool(late) and ok
+    if inconclusive:  # a gain read off runs whose load was not the planned one is not evidence
+        ok = False
+        why += (
+            f"; inconclusive: {len(late)} of {len(result.a.runs) + len(result.b.runs)} runs fell behind their "
+            "schedule, so their figures are unreliable (fix: a lower --speed or --rate, a quieter host, or "
+            "more --confirm-rounds)"
+        )
+    record = {
+        "trial": best.number,
+        "confirmed": ok,
+        "inconclusive": inconclusive,
+        "why": why,
+        "comparison": result.as_dict(),
+    }
     study.set_user_attr(f"confirmation_{best.number}", record)
     log.info("confirmation of trial %d against the baseline: %s", best.number, why)
     return (best if ok else base), record
