@@ -29,11 +29,14 @@ from autotune.workload import Workload
 
 __all__ = [
     "CAPACITY_METRIC",
+    "DELIVERED_SHARE",
+    "NOT_OFFERED",
     "CapacityPlan",
     "CapacityResult",
     "Level",
     "base_request_rate",
     "bracket_capacity",
+    "delivered_share",
     "level_verdict",
     "scaled_arrival",
 ]
@@ -51,7 +54,9 @@ class CapacityPlan:
     tolerance: float = 0.10
     max_levels: int = 6
     start: float = 1.0
-    min_multiplier: float = 1 / 16
+    # below the recorded pace a level takes longer (1/m of the slice's span): two halvings at most,
+    # after which "even a quarter of today's traffic breaks the SLO" is the answer
+    min_multiplier: float = 1 / 4
     max_failed: int = 0
 
     def __post_init__(self) -> None:
@@ -91,12 +96,14 @@ class Level:
     broke: str = ""
     prefix_hit_rate: float | None = None
     notes: tuple[str, ...] = ()
+    delivered: float = 1.0  # the rate the replayer sent at, over the planned one (see level_verdict)
 
     def as_dict(self) -> dict[str, Any]:
         f = self.figures
         out: dict[str, Any] = {
             "x": round(self.multiplier, 4),
             "offered_rps": round(self.offered_rps, 4),
+            "delivered": round(self.delivered, 3),
             "served_rps": round(f.request_throughput, 4),
             "output_throughput": round(f.output_throughput, 3),
             "completed": f.completed,
@@ -186,6 +193,12 @@ class CapacityResult:
                 f"broke ({low.broke}); fix: a looser --slo, a configuration with more KV memory, or a lighter "
                 "workload"
             )
+        broke = self.broke
+        if broke is not None and broke.broke.startswith(NOT_OFFERED):
+            return (
+                f"the capacity is at least this: the level above it was not offered ({broke.broke}); "
+                "fix: run autotune on a host with more free CPU than the server's"
+            )
         if self.broke is None and self.levels:
             return (
                 f"no level broke up to {self.held.multiplier if self.held else 0:g}x within {self.plan.max_levels} "
@@ -234,13 +247,35 @@ def next_multiplier(result: CapacityResult) -> float | None:
     return (lo + hi) / 2
 
 
+NOT_OFFERED = "not offered"  # how a level that the replayer could not send at its rate begins its reason
+DELIVERED_SHARE = 0.9  # a level counts only if the replayer sent its requests at least this fast
+
+
+def delivered_share(timings: Sequence[Any]) -> float:
+    """How fast the replayer sent a level's requests against its plan: the planned span of their
+    send times over the actual one (1.0: on plan; 0.5: it took twice as long to send them)."""
+    if len(timings) < 2:
+        return 1.0
+    planned = max(t.scheduled for t in timings) - min(t.scheduled for t in timings)
+    actual = max(t.sent for t in timings) - min(t.sent for t in timings)
+    return 1.0 if actual <= 0 or planned <= 0 else min(1.0, planned / actual)
+
+
 def level_verdict(
-    figures: TrialFigures, slos_ms: Mapping[str, float], max_failed: int = 0
+    figures: TrialFigures, slos_ms: Mapping[str, float], max_failed: int = 0, *, delivered: float = 1.0
 ) -> tuple[bool, str]:
-    """(held, why not): every SLO met, no saturation, at most ``max_failed`` failed requests."""
+    """(held, why not): the load was offered (the replayer sent the requests at least
+    ``DELIVERED_SHARE`` as fast as planned: ``delivered``), every SLO met, no saturation, at most
+    ``max_failed`` failed requests. A load the replayer could not offer is never a capacity: on a
+    busy host the client, not the server, may be what runs out."""
     broke: list[str] = []
     if figures.completed == 0:
         return False, "no request succeeded"
+    if delivered < DELIVERED_SHARE:
+        broke.append(
+            f"{NOT_OFFERED}: the replayer sent its requests at {delivered:.0%} of the planned rate (its host "
+            "could not send faster)"
+        )
     if figures.failed > max_failed:
         broke.append(f"{figures.failed} requests failed")
     for name, limit in slos_ms.items():

@@ -97,7 +97,7 @@ def trial_line(rep: TrialReport, metric: str) -> str:
 
 
 def capacity_text(raw: Mapping[str, Any]) -> str:
-    """``capacity=14.2 req/s (4x) [broke at 15.9 req/s, 4.5x; 5 levels]``: the highest load that held
+    """``capacity=14.2 req/s at 4x (broke at 15.9 req/s, 4.5x; 5 levels)``: the highest load that held
     its SLOs, as a multiple of the workload's arrivals, and the bracket's upper end."""
     held, x = raw.get("capacity"), raw.get("capacity_x")
     hi, hi_x = raw.get("capacity_hi"), raw.get("capacity_hi_x")
@@ -105,9 +105,9 @@ def capacity_text(raw: Mapping[str, Any]) -> str:
     if held is None:
         return "capacity=-"
     if not held:
-        return f"capacity=0 req/s [no level held; {levels} levels]"
+        return f"capacity=0 req/s (no level held; {levels} levels)"
     upper = f"broke at {hi:.3g} req/s, {hi_x:.3g}x" if hi is not None else "none broke"
-    return f"capacity={held:.3g} req/s ({x:.3g}x) [{upper}; {levels} levels]"
+    return f"capacity={held:.3g} req/s at {x:.3g}x ({upper}; {levels} levels)"
 
 
 def _first_failure(rec: TrialRecord) -> str:

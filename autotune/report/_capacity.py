@@ -13,7 +13,13 @@ from typing import Any
 
 from autotune.report._html import Cell, Section, esc, figure_html, table_html
 
-__all__ = ["capacity_curves_html", "capacity_levels_table", "capacity_page_sections", "is_capacity"]
+__all__ = [
+    "capacity_curves_html",
+    "capacity_levels_table",
+    "capacity_page_sections",
+    "capacity_study_section",
+    "is_capacity",
+]
 
 _COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")
 
@@ -134,3 +140,39 @@ def capacity_page_sections(label: str, raw: Mapping[str, Any], headline: str) ->
         ),
         Section("levels", "Levels, in the order measured", capacity_levels_table(raw)),
     ]
+
+
+def capacity_study_section(rows: Sequence[Any], formats: Mapping[str, str]) -> Section | None:
+    """For a capacity study: each trial's latency against load (its knee marked) and its capacity
+    with its bracket; None when no trial measured levels."""
+    from autotune.report._plots import params_text
+
+    measured = [
+        r for r in rows if r.record.ok and r.record.figures is not None and is_capacity(r.record.figures.raw)
+    ]
+    if not measured:
+        return None
+    series = [(f"#{r.number}" + (" baseline" if r.baseline else ""), r.record.figures.raw) for r in measured]
+    headers = ["trial", "configuration", "capacity req/s", "load x", "broke at req/s", "levels", "note"]
+    table_rows: list[list[Cell | str]] = []
+    for r in measured:
+        raw = r.record.figures.raw
+        table_rows.append(
+            [
+                Cell.num(r.number, "{:.0f}"),
+                params_text(r, formats),
+                Cell.num(raw.get("capacity"), "{:.3g}"),
+                Cell.num(raw.get("capacity_x"), "{:.3g}"),
+                Cell.num(raw.get("capacity_hi"), "{:.3g}"),
+                Cell.num(len(raw.get("capacity_levels") or ()), "{:.0f}"),
+                str(raw.get("capacity_note") or ""),
+            ]
+        )
+    body = (
+        "<p class='note'>Each trial's engine replayed the workload at doubling, then bisected loads, its prefix "
+        "cache emptied before each; its capacity is the highest load that held every SLO (the star), its "
+        "bracket's upper end the lowest load above it that broke one.</p>"
+        + capacity_curves_html(series, "plot-capacity")
+        + table_html(headers, table_rows, sortable=True)
+    )
+    return Section("capacity", "Capacity against load", body)

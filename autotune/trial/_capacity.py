@@ -32,6 +32,7 @@ from autotune.bench._capacity import (
     CapacityResult,
     Level,
     bracket_capacity,
+    delivered_share,
     level_verdict,
     scaled_arrival,
 )
@@ -40,7 +41,7 @@ from autotune.study import TrialListener
 from autotune.trial._passes import reset_prefix_cache
 from autotune.workload import Workload
 
-__all__ = ["CapacityRun", "run_levels"]
+__all__ = ["CapacityRun", "LevelContext", "measure_level", "run_levels"]
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +77,48 @@ class LevelContext:
     host_sources: tuple[str, ...]
 
 
+async def measure_level(
+    ctx: LevelContext,
+    plan: CapacityPlan,
+    base_rps: float,
+    m: float,
+    *,
+    reset: bool = True,
+    timings: list[RequestTiming] | None = None,
+) -> Level:
+    """One level: the prefix cache emptied (unless ``reset`` is off: a test's control), the
+    workload replayed at ``m`` times its arrivals, judged against the SLOs; its requests' timings
+    appended to ``timings``. A refused reset is the level's note."""
+    notes: tuple[str, ...] = ()
+    if reset:
+        refused = await reset_prefix_cache(ctx.client, ctx.base_url, ctx.api_key)
+        if refused is not None:
+            notes = (f"the prefix cache was not emptied before this level: {refused}",)
+    arrival = scaled_arrival(ctx.arrival, m)
+    before = await scrape_metrics(ctx.client, ctx.base_url, ctx.metric_names, ctx.metrics_path)
+    result = await replay(ctx.client, ctx.target, ctx.workload, arrival, history=ctx.history)
+    after = await scrape_metrics(ctx.client, ctx.base_url, ctx.metric_names, ctx.metrics_path)
+    if timings is not None:
+        timings.extend(result.timings)
+    figures = summarize(result.timings, result.duration_s, slos_ms=ctx.request_slos or None, arrival=arrival)
+    delta = (
+        MetricsDelta.between(before, after, ctx.host_sources, ctx.metric_names) if before and after else None
+    )
+    delivered = delivered_share(result.timings)
+    held, broke = level_verdict(figures, plan.slos_ms, plan.max_failed, delivered=delivered)
+    log.info("level %.3gx (%.3g req/s): %s", m, base_rps * m, "held" if held else f"broke: {broke}")
+    return Level(
+        multiplier=m,
+        offered_rps=base_rps * m,
+        figures=figures,
+        held=held,
+        broke=broke,
+        prefix_hit_rate=delta.prefix_hit_rate if delta is not None else None,
+        notes=notes,
+        delivered=delivered,
+    )
+
+
 async def run_levels(
     ctx: LevelContext, plan: CapacityPlan, base_rps: float, listener: TrialListener | None
 ) -> CapacityRun:
@@ -85,35 +128,9 @@ async def run_levels(
     resets_refused: list[str] = []
 
     async def measure(m: float) -> Level:
-        refused = await reset_prefix_cache(ctx.client, ctx.base_url, ctx.api_key)
-        notes: tuple[str, ...] = ()
-        if refused is not None:
-            resets_refused.append(refused)
-            notes = (f"the prefix cache was not emptied before this level: {refused}",)
-        arrival = scaled_arrival(ctx.arrival, m)
-        before = await scrape_metrics(ctx.client, ctx.base_url, ctx.metric_names, ctx.metrics_path)
-        result = await replay(ctx.client, ctx.target, ctx.workload, arrival, history=ctx.history)
-        after = await scrape_metrics(ctx.client, ctx.base_url, ctx.metric_names, ctx.metrics_path)
-        run.timings.extend(result.timings)
-        figures = summarize(
-            result.timings, result.duration_s, slos_ms=ctx.request_slos or None, arrival=arrival
-        )
-        delta = (
-            MetricsDelta.between(before, after, ctx.host_sources, ctx.metric_names)
-            if before and after
-            else None
-        )
-        held, broke = level_verdict(figures, plan.slos_ms, plan.max_failed)
-        level = Level(
-            multiplier=m,
-            offered_rps=base_rps * m,
-            figures=figures,
-            held=held,
-            broke=broke,
-            prefix_hit_rate=delta.prefix_hit_rate if delta is not None else None,
-            notes=notes,
-        )
-        log.info("level %.3gx (%.3g req/s): %s", m, level.offered_rps, "held" if held else f"broke: {broke}")
+        level = await measure_level(ctx, plan, base_rps, m, timings=run.timings)
+        if level.notes:
+            resets_refused.append(level.notes[0])
         return level
 
     def after_level(result: CapacityResult) -> bool:
@@ -135,7 +152,7 @@ async def run_levels(
     if resets_refused:
         run.notes.append(
             f"{len(resets_refused)} of {len(run.result.levels)} levels ran without emptying the prefix cache "
-            f"({resets_refused[0]}): a level may have measured the cache of the level before it "
+            f"({resets_refused[0].split(': ', 1)[-1]}): a level may have measured the cache of the level before it "
             "(fix: run vLLM with VLLM_SERVER_DEV_MODE=1, which autotune does for the engines it starts)"
         )
     note = run.result.note()

@@ -59,7 +59,8 @@ def confirm_best(
         for r in arm.runs
         if r.ok and r.figures and r.figures.raw.get("behind_schedule")
     ]
-    inconclusive = bool(late) and ok
+    # a capacity run's figure counts only levels whose load was delivered (bench.level_verdict)
+    inconclusive = bool(late) and ok and not objective.is_capacity
     if inconclusive:  # a gain read off runs whose load was not the planned one is not evidence
         ok = False
         why += (
