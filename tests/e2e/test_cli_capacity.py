@@ -52,6 +52,7 @@ def _run(tmp_path: Path, mark: str, *extra: str) -> subprocess.CompletedProcess[
         "--launcher", " ".join(FAKE_LAUNCHER), "--studies-dir", str(tmp_path / "studies"),
         "--no-check-args", "--no-check-memory", "--space", str(tmp_path / "space.yaml"),
         "--baseline-arg=--kv-cache-memory-bytes=8M", "--study", "cap", "--out", str(tmp_path / "best.yaml"),
+        "--max-requests", "24",
         *extra,
     )  # fmt: skip
 
@@ -61,7 +62,7 @@ def test_a_capacity_study_brackets_each_trial_confirms_the_larger_pool_and_expor
 ) -> None:
     res = _run(
         tmp_path, mark, "--objective", "capacity", "--slo", "ttft_p90=250ms", "--n-trials", "2",
-        "--confirm-rounds", "2", "--min-improvement", "0.2",
+        "--confirm-rounds", "1", "--min-improvement", "0.2", "--capacity-levels", "4", "--capacity-tolerance", "0.3",
     )  # fmt: skip
     assert res.returncode == 0, res.stderr[-3000:]
     trial_lines = [ln for ln in res.stderr.splitlines() if ln.lstrip().startswith("trial #")]
@@ -94,7 +95,7 @@ def test_a_capacity_study_brackets_each_trial_confirms_the_larger_pool_and_expor
         (("--objective", "capacity"), "--objective capacity needs at least one --slo"),
         (("--objective", "capacity", "--slo", "ttft_p90=1s", "--concurrency", "4"), "closed loop"),
         (("--objective", "capacity", "--slo", "ttft_p90=1s", "--capacity-tolerance", "2"), "--capacity-tolerance: 2"),
-        (("--objective", "capacity", "--slo", "ttft_p90=1s", "--max-requests", "5"), "too few to bracket"),
+        (("--objective", "capacity", "--slo", "ttft_p90=1s", "--sample", "5"), "too few to bracket"),
     ],
 )
 def test_bad_capacity_input_is_one_line_and_exit_2_before_any_engine(
