@@ -72,6 +72,8 @@ def confirm_best(
         "trial": best.number,
         "confirmed": ok,
         "inconclusive": inconclusive,
+        "late_runs": len(late),  # runs whose replay fell behind its schedule (their figures unreliable)
+        "runs": len(result.a.runs) + len(result.b.runs),
         "why": why,
         "comparison": result.as_dict(),
     }

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from autotune.bench import ArrivalSpec
-from autotune.bench._capacity import CapacityPlan, base_request_rate
+from autotune.bench._capacity import CapacityPlan, arrival_span, base_request_rate
 from autotune.engine import VLLM, ArgChecker, Engine, EngineProfile, LaunchSpec
 from autotune.errors import ConfigError
 from autotune.memory import read_machine_facts
@@ -289,7 +289,7 @@ def _capacity_plan(
         max_failed=objective.max_failed_requests,
     )
     base_request_rate(wl, arrival)  # a closed loop or a workload too short to bracket: refused now
-    return plan
+    return plan.with_workload_span(arrival_span(wl, arrival))
 
 
 def _load(choices: StudySpec) -> Workload:

@@ -28,11 +28,15 @@ SPACE = (
 def _workload(path: Path, n: int = 40, step: float = 0.1) -> Path:
     with path.open("w") as f:
         for i in range(n):
-            f.write(json.dumps({"prompt": f"q{i} " + "word " * 20, "max_tokens": 4, "timestamp": i * step}) + "\n")
+            f.write(
+                json.dumps({"prompt": f"q{i} " + "word " * 20, "max_tokens": 4, "timestamp": i * step}) + "\n"
+            )
     return path
 
 
-def _autotune(tmp_path: Path, mark: str, *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+def _autotune(
+    tmp_path: Path, mark: str, *args: str, timeout: float = 240
+) -> subprocess.CompletedProcess[str]:
     # the fake's modelled time to first token, tripled: about 25 ms a request, 75 ms with a starved pool
     env = {**os.environ, MARK_ENV: mark, "PYTHONPATH": str(REPO), "FAKE_SERIAL": "1", "FAKE_TTFT_SCALE": "3"}
     return subprocess.run(
@@ -66,7 +70,9 @@ def test_a_capacity_study_brackets_each_trial_confirms_the_larger_pool_and_expor
     )  # fmt: skip
     assert res.returncode == 0, res.stderr[-3000:]
     trial_lines = [ln for ln in res.stderr.splitlines() if ln.lstrip().startswith("trial #")]
-    assert len(trial_lines) == 2 and all("capacity=" in ln and "levels)" in ln for ln in trial_lines), trial_lines
+    assert len(trial_lines) == 2 and all("capacity=" in ln and "levels)" in ln for ln in trial_lines), (
+        trial_lines
+    )
     assert "baseline: vLLM defaults with --kv-cache-memory-bytes=8M" in res.stderr
     st = optuna.load_study(study_name="cap", storage=f"sqlite:///{tmp_path / 'studies' / 'cap.db'}")
     base, tuned = (t.user_attrs["figures"] for t in st.get_trials())
@@ -94,7 +100,10 @@ def test_a_capacity_study_brackets_each_trial_confirms_the_larger_pool_and_expor
     [
         (("--objective", "capacity"), "--objective capacity needs at least one --slo"),
         (("--objective", "capacity", "--slo", "ttft_p90=1s", "--concurrency", "4"), "closed loop"),
-        (("--objective", "capacity", "--slo", "ttft_p90=1s", "--capacity-tolerance", "2"), "--capacity-tolerance: 2"),
+        (
+            ("--objective", "capacity", "--slo", "ttft_p90=1s", "--capacity-tolerance", "2"),
+            "--capacity-tolerance: 2",
+        ),
         (("--objective", "capacity", "--slo", "ttft_p90=1s", "--sample", "5"), "too few to bracket"),
     ],
 )
@@ -104,11 +113,19 @@ def test_bad_capacity_input_is_one_line_and_exit_2_before_any_engine(
     res = _run(tmp_path, mark, *extra)
     assert res.returncode == 2, res.stderr
     assert fragment in res.stderr and "fix:" in res.stderr and "Traceback" not in res.stderr
-    assert not (tmp_path / "studies" / "cap").exists() or not list((tmp_path / "studies" / "cap").glob("trial-*"))
+    assert not (tmp_path / "studies" / "cap").exists() or not list(
+        (tmp_path / "studies" / "cap").glob("trial-*")
+    )
 
 
 def test_bench_capacity_brackets_a_running_server_without_restarting_it(tmp_path: Path, mark: str) -> None:
-    env = {**os.environ, MARK_ENV: mark, "FAKE_SERIAL": "1", "FAKE_TTFT_S": "0.02", "VLLM_SERVER_DEV_MODE": "1"}
+    env = {
+        **os.environ,
+        MARK_ENV: mark,
+        "FAKE_SERIAL": "1",
+        "FAKE_TTFT_S": "0.02",
+        "VLLM_SERVER_DEV_MODE": "1",
+    }
     port = 18000 + os.getpid() % 1000
     server = subprocess.Popen(
         [*FAKE_LAUNCHER, "--model", "m", "--port", str(port)], env=env, stdout=subprocess.DEVNULL,

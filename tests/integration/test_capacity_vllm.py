@@ -70,7 +70,9 @@ def test_levels_do_not_depend_on_their_order_and_bench_brackets_a_running_vllm(
         pid = server.pid
         # 1x, then 4x, then 1x again, each on an emptied cache; then 1x without emptying it (the control)
         hits = asyncio.run(
-            _levels(server.base_url, str(tiny_model), wl, [(1.0, True), (4.0, True), (1.0, True), (1.0, False)])
+            _levels(
+                server.base_url, str(tiny_model), wl, [(1.0, True), (4.0, True), (1.0, True), (1.0, False)]
+            )
         )
         first, heavy, again, control = hits
         assert abs(again - first) <= HIT_POINTS and abs(heavy - first) <= HIT_POINTS, hits
@@ -93,6 +95,8 @@ def test_levels_do_not_depend_on_their_order_and_bench_brackets_a_running_vllm(
     assert [lv["x"] for lv in levels][:2] == [1.0, 2.0] and len(levels) == 3
     held = [lv for lv in levels if lv["held"]]
     assert held and figures["capacity"] == pytest.approx(max(lv["offered_rps"] for lv in held), rel=1e-3)
-    assert all(lv["prefix_hit_rate"] == pytest.approx(levels[0]["prefix_hit_rate"], abs=HIT_POINTS) for lv in levels)
+    assert all(
+        lv["prefix_hit_rate"] == pytest.approx(levels[0]["prefix_hit_rate"], abs=HIT_POINTS) for lv in levels
+    )
     page = (tmp_path / "cap.html").read_text()
     assert "Latency against load" in page and "plot-capacity" in page and "SLO ttft_p90" in page

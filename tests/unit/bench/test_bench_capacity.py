@@ -54,7 +54,9 @@ def _server(capacity_rps: float, base_rps: float, plan: CapacityPlan, seen: list
 
 
 @pytest.mark.parametrize("true_capacity", [3.0, 7.3, 19.0, 41.0, 100.0])
-def test_the_bracket_holds_the_true_capacity_within_the_tolerance_or_the_level_cap(true_capacity: float) -> None:
+def test_the_bracket_holds_the_true_capacity_within_the_tolerance_or_the_level_cap(
+    true_capacity: float,
+) -> None:
     plan = CapacityPlan(slos_ms={"ttft_p90": 300.0}, tolerance=0.10, max_levels=8)
     seen: list[float] = []
     result = asyncio.run(bracket_capacity(plan, 5.0, _server(true_capacity, 5.0, plan, seen)))
@@ -173,3 +175,12 @@ def test_a_closed_loop_or_a_short_workload_cannot_be_bracketed(tmp_path: Path) -
     with pytest.raises(ConfigError, match="same instant"):
         base_request_rate(burst, ArrivalSpec(mode="timestamps"))
     assert math.isfinite(base_request_rate(burst, ArrivalSpec(mode="poisson", rate=5.0)))
+
+
+def test_the_load_stops_rising_where_a_level_would_be_a_burst() -> None:
+    """A workload whose arrivals span 10 s: no level may send them in under 2 s, so 5x is the ceiling."""
+    plan = CapacityPlan(slos_ms={"ttft_p90": 300.0}, max_levels=8).with_workload_span(10.0)
+    seen: list[float] = []
+    result = asyncio.run(bracket_capacity(plan, 1.0, _server(1000.0, 1.0, plan, seen)))
+    assert seen == [1.0, 2.0, 4.0, 5.0]
+    assert result.broke is None and "at least" in result.note() and "burst" in result.note()
