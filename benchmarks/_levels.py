@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 
 import _common as c
 import httpx
 
-from autotune.bench import DEFAULT_MAX_IN_FLIGHT, VLLM_METRICS, ArrivalSpec, ReplayTarget, replay_client, warm_up
+from autotune.bench import DEFAULT_MAX_IN_FLIGHT, ArrivalSpec, ReplayTarget, replay_client, warm_up
 from autotune.engine import EngineProcess
 from autotune.space import RenderedConfig
 from autotune.spec import StudySpec
@@ -39,16 +39,16 @@ def capacity_choices(
     workload: Path,
     *,
     quick: bool,
-    slo: str,
+    slos: Sequence[str],
     tolerance: float = 0.10,
     levels: int = 6,
     speed: float = 1.0,
     launcher: str | None = None,
     space: Path = c.CPU_SPACE,
 ) -> StudySpec:
-    """``autotune run --objective capacity --slo SLO`` on the bench set-up (:func:`_common.tuning_choices`:
+    """``autotune run --objective capacity --slo SLO...`` on the bench set-up (:func:`_common.tuning_choices`:
     the CPU build's fixed flags and the baseline's 20 MiB pool, or the fake server with ``quick``)."""
-    base = c.tuning_choices(model, workload, quick=quick, speed=speed, space=space, slos=(slo,))
+    base = c.tuning_choices(model, workload, quick=quick, speed=speed, space=space, slos=tuple(slos))
     return base.model_copy(
         update={
             "objective": "capacity",
@@ -79,7 +79,9 @@ def started_engine(
 
 
 @contextlib.asynccontextmanager
-async def level_context(setup: TuningSetup, base_url: str, arrival: ArrivalSpec) -> AsyncIterator[LevelContext]:
+async def level_context(
+    setup: TuningSetup, base_url: str, arrival: ArrivalSpec
+) -> AsyncIterator[LevelContext]:
     """A client on the engine at ``base_url``, the trial's warm-up sent, and the context that
     :func:`measure_level` replays ``setup.workload`` with at multiples of ``arrival``."""
     timeout = httpx.Timeout(REQUEST_TIMEOUT_S, connect=10.0)
@@ -99,7 +101,7 @@ async def level_context(setup: TuningSetup, base_url: str, arrival: ArrivalSpec)
             arrival=arrival,
             history=setup.choices.history,
             request_slos=setup.objective.request_slos,
-            metric_names=setup.engine.endpoints.metric_names or VLLM_METRICS,
+            metric_names=setup.engine.endpoints.metric_names,
             metrics_path=setup.engine.endpoints.metrics,
             host_sources=setup.profile.cpu_hit_sources or ("host",),
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,24 @@ log = logging.getLogger(__name__)
 
 def _config(rec: TrialRecord) -> RenderedConfig:
     return RenderedConfig(args=rec.rendered_args, env=rec.rendered_env)
+
+
+def _above_the_base_bracket(result: Any, why: str) -> tuple[bool, str]:
+    """Capacity is measured in levels, so two runs of one configuration often read the same level and
+    'ranges apart' says little: the best must hold, in every run, a load at which the baseline broke
+    in every run (its lowest capacity at least the baseline's highest bracket top)."""
+    held = [float(r.figures.get("capacity") or 0.0) for r in result.b.runs if r.ok and r.figures]
+    tops = [r.figures.get("capacity_hi") for r in result.a.runs if r.ok and r.figures]
+    if not held or not tops:
+        return False, why + "; no bracket measured for both"
+    top = math.inf if any(t is None for t in tops) else max(float(t) for t in tops)
+    if min(held) >= top:
+        return True, why + f", every run held a load at which the baseline broke ({top:.3g} req/s)"
+    return False, why + (
+        f"; but a run of it held only {min(held):.3g} req/s, not above the baseline's bracket "
+        f"({'no baseline run broke' if math.isinf(top) else f'its runs broke at up to {top:.3g} req/s'}): "
+        "the two lie within the bracket's resolution"
+    )
 
 
 def confirm_best(
@@ -53,6 +72,8 @@ def confirm_best(
     ok, why = significant_gain(
         result, objective.metric, maximize=objective.direction == "maximize", min_improvement=min_improvement
     )
+    if ok and objective.is_capacity:
+        ok, why = _above_the_base_bracket(result, why)
     late = [
         r
         for arm in (result.a, result.b)

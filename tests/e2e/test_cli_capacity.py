@@ -37,8 +37,9 @@ def _workload(path: Path, n: int = 40, step: float = 0.1) -> Path:
 def _autotune(
     tmp_path: Path, mark: str, *args: str, timeout: float = 240
 ) -> subprocess.CompletedProcess[str]:
-    # the fake's modelled time to first token, tripled: about 25 ms a request, 75 ms with a starved pool
-    env = {**os.environ, MARK_ENV: mark, "PYTHONPATH": str(REPO), "FAKE_SERIAL": "1", "FAKE_TTFT_SCALE": "3"}
+    # the fake's modelled time to first token x6: about 50 ms a request (20 req/s served one at a time),
+    # 150 ms with a starved pool (under 7 req/s)
+    env = {**os.environ, MARK_ENV: mark, "PYTHONPATH": str(REPO), "FAKE_SERIAL": "1", "FAKE_TTFT_SCALE": "6"}
     return subprocess.run(
         [sys.executable, "-m", "autotune", *args], cwd=tmp_path, env=env, capture_output=True, text=True,
         timeout=timeout,
@@ -52,11 +53,10 @@ def _run(tmp_path: Path, mark: str, *extra: str) -> subprocess.CompletedProcess[
     (tmp_path / "space.yaml").write_text(SPACE)
     return _autotune(
         tmp_path, mark,
-        "run", "--workload", str(_workload(tmp_path / "w.jsonl")), "--model", str(model),
+        "run", "--workload", str(_workload(tmp_path / "w.jsonl", n=30, step=0.2)), "--model", str(model),
         "--launcher", " ".join(FAKE_LAUNCHER), "--studies-dir", str(tmp_path / "studies"),
         "--no-check-args", "--no-check-memory", "--space", str(tmp_path / "space.yaml"),
         "--baseline-arg=--kv-cache-memory-bytes=8M", "--study", "cap", "--out", str(tmp_path / "best.yaml"),
-        "--max-requests", "24",
         *extra,
     )  # fmt: skip
 
@@ -83,6 +83,8 @@ def test_a_capacity_study_brackets_each_trial_confirms_the_larger_pool_and_expor
         assert max(lv["offered_rps"] for lv in held) == pytest.approx(f["capacity"], rel=1e-3)
         if f["capacity_hi"] is not None:  # every level above the capacity that was measured broke
             assert all(not lv["held"] for lv in levels if lv["offered_rps"] >= f["capacity_hi"])
+    # 5 req/s offered at 1x over 5.8 s: the starved pool holds about 1.25x, the other at least 2.9x (no
+    # level may send the 30 requests in under 2 s)
     assert tuned["capacity"] > 1.5 * base["capacity"], (base["capacity"], tuned["capacity"])
     assert "confirmed" in res.stderr and "inconclusive" not in res.stderr
     header = (tmp_path / "best.yaml").read_text()
@@ -119,11 +121,12 @@ def test_bad_capacity_input_is_one_line_and_exit_2_before_any_engine(
 
 
 def test_bench_capacity_brackets_a_running_server_without_restarting_it(tmp_path: Path, mark: str) -> None:
+    # one request at a time, 150 ms each: under 7 req/s served, against 5 req/s offered at 1x
     env = {
         **os.environ,
         MARK_ENV: mark,
         "FAKE_SERIAL": "1",
-        "FAKE_TTFT_S": "0.02",
+        "FAKE_TTFT_S": "0.15",
         "VLLM_SERVER_DEV_MODE": "1",
     }
     port = 18000 + os.getpid() % 1000
@@ -134,7 +137,7 @@ def test_bench_capacity_brackets_a_running_server_without_restarting_it(tmp_path
     try:
         res = _autotune(
             tmp_path, mark, "bench", "--url", f"http://127.0.0.1:{port}", "--workload",
-            str(_workload(tmp_path / "w.jsonl")), "--capacity", "--slo", "ttft_p90=250ms",
+            str(_workload(tmp_path / "w.jsonl", n=30, step=0.2)), "--capacity", "--slo", "ttft_p90=400ms",
             "--json-out", str(tmp_path / "cap.json"),
         )  # fmt: skip
         assert server.poll() is None  # never restarted, never stopped
@@ -142,7 +145,7 @@ def test_bench_capacity_brackets_a_running_server_without_restarting_it(tmp_path
         server.terminate()
         server.wait(10)
     assert res.returncode == 0, res.stderr
-    assert "capacity at SLO ttft_p90<=250ms:" in res.stdout and "[held" in res.stdout
+    assert "capacity at SLO ttft_p90<=400ms:" in res.stdout and "[held" in res.stdout
     assert "broke: ttft_p90" in res.stdout  # the level table names what broke
     data = json.loads((tmp_path / "cap.json").read_text())
     assert data["figures"]["capacity"] > 0 and data["figures"]["capacity_levels"]
