@@ -40,8 +40,8 @@ the tool: the highest offered load that held), and, like for like, the requests/
 that held. Target (issue 45): the tool's best capacity at least the grid's within noise (here: within
 the tool's tolerance), in at most half its engine starts (with and without the confirmation).
 
-    python benchmarks/capacity_vs_grid.py            # real CPU build: 3 x 2 grid, 3 trials (~35-45 min)
-    python benchmarks/capacity_vs_grid.py --quick    # the fake server, 2 x 2, no sleeps (about 1 min)
+    python benchmarks/capacity_vs_grid.py            # real CPU build: 3 x 2 grid, 3 trials (20-40 min)
+    python benchmarks/capacity_vs_grid.py --quick    # the fake server: 2 x 2, no sleeps (about 2 min)
 
 Prints the grid, the tool's trials and the comparison; writes them as JSON (``--json-out``,
 default benchmarks/results/capacity_vs_grid.json; none with ``--quick``).
@@ -71,7 +71,7 @@ from autotune.bench._capacity import CapacityPlan, Level
 from autotune.engine import install_signal_handlers
 from autotune.errors import EngineCrashed, EngineStartError
 from autotune.space import RenderedConfig, render_values
-from autotune.study import read_record
+from autotune.study import parse_slo, read_record
 from autotune.trial._capacity import measure_level
 from autotune.tuning import TuningSetup, build_setup
 
@@ -182,152 +182,6 @@ def _write_space(path: Path, seqs: Sequence[int], tokens: Sequence[int]) -> Path
     return path
 
 
-# -- the grid method (auto_tune.sh) ----------------------------------------------------------------
-def _grid(setup: TuningSetup, args: Any, work: Path) -> dict[str, Any]:
-    slos = dict(_slo_pairs(args.grid_slo))
-    cells = [(s, t) for s in args.seqs for t in args.tokens]
-    load_start = c.load_average()
-    t0 = time.monotonic()
-    slept = 0.0
-    probe = None
-    if args.memory_probe:  # auto_tune.sh: start_server with the last cell's flags, until one starts
-        probe = _probe(setup, *cells[-1], work)
-    rows = []
-    for seqs, tokens in cells:
-        rows.append(_cell(setup, seqs, tokens, slos, args, work))
-        slept += rows[-1]["slept_s"]
-        time.sleep(args.cell_pause_s)  # auto_tune.sh: pkill -if vllm; sleep 10
-        slept += args.cell_pause_s
-    wall = time.monotonic() - t0
-    best = None
-    for row in rows:  # auto_tune.sh: a strictly higher throughput replaces the best
-        if row["meets"] and (best is None or row["throughput"] > best["throughput"]):
-            best = row
-    starts = sum(r["started"] for r in rows) + (1 if probe is not None else 0)
-    return {
-        "method": f"grid of {len(args.seqs)} x {len(args.tokens)}, rate inf then down by {args.step:g} req/s "
-        f"({AUTO_TUNE})",
-        "limit": {k: v for k, v in slos.items()},
-        "num_seqs": args.seqs,
-        "num_batched_tokens": args.tokens,
-        "arrival": f"poisson (seed {setup.choices.seed}) at each rate, all at once at inf",
-        "memory_probe": probe,
-        "cells": rows,
-        "best": None if best is None else {k: best[k] for k in (SEQS, TOKENS, "rate", "throughput")},
-        "engine_starts": starts,
-        "wall_s": wall,
-        "slept_s": slept,
-        "load_average": {"start": load_start, "end": c.load_average()},
-    }
-
-
-def _probe(setup: TuningSetup, seqs: int, tokens: int, work: Path) -> dict[str, Any]:
-    t0 = time.monotonic()
-    try:
-        with _levels.started_engine(
-            setup, _rendered(setup, seqs, tokens), work / "probe.log", cache_dir=work / "cache"
-        ):
-            pass
-    except (EngineStartError, EngineCrashed) as exc:
-        return {"started": False, "reason": str(exc), "wall_s": time.monotonic() - t0}
-    return {"started": True, "wall_s": time.monotonic() - t0, SEQS: seqs, TOKENS: tokens}
-
-
-def _rendered(setup: TuningSetup, seqs: int, tokens: int) -> RenderedConfig:
-    return render_values(setup.space, {SEQS: seqs, TOKENS: tokens})
-
-
-def _cell(
-    setup: TuningSetup, seqs: int, tokens: int, slos: Mapping[str, float], args: Any, work: Path
-) -> dict[str, Any]:
-    """auto_tune.sh's run_benchmark: one start, rate inf, then down by ``args.step`` until the limit holds."""
-    row: dict[str, Any] = {SEQS: seqs, TOKENS: tokens, "started": False, "meets": False, "rate": None}
-    row.update(throughput=0.0, levels=[], slept_s=0.0)
-    t0 = time.monotonic()
-    try:
-        with _levels.started_engine(
-            setup,
-            _rendered(setup, seqs, tokens),
-            work / f"cell-{seqs}-{tokens}.log",
-            cache_dir=work / "cache",
-        ) as proc:
-            row.update(started=True, startup_s=proc.startup_s)
-            asyncio.run(_steps(setup, proc.base_url, slos, args, row))
-            proc.check_alive()
-    except (EngineStartError, EngineCrashed) as exc:  # auto_tune.sh: "does not meet latency requirement"
-        c.log.warning("cell %d x %d: engine failed: %s", seqs, tokens, exc)
-        row.update(failure=exc.failure, reason=str(exc), meets=False, rate=None, throughput=0.0)
-    row["wall_s"] = time.monotonic() - t0
-    c.log.info(
-        "cell %d x %d: %s",
-        seqs,
-        tokens,
-        f"holds at rate {row['rate']}, throughput {row['throughput']:.3g} req/s"
-        if row["meets"]
-        else "does not meet the limit",
-    )
-    return row
-
-
-async def _steps(
-    setup: TuningSetup, base_url: str, slos: Mapping[str, float], args: Any, row: dict[str, Any]
-) -> None:
-    plan = CapacityPlan(slos_ms=dict(slos))  # only for the tool's own verdict, recorded beside
-    arrival = ArrivalSpec(mode="poisson", rate=1.0, seed=setup.choices.seed)  # rate x m = m req/s
-    async with _levels.level_context(setup, base_url, arrival) as ctx:
-        level = await measure_level(ctx, plan, 1.0, math.inf)
-        row["levels"].append(_level_row("inf", level, slos))
-        if _meets(level.figures, slos):
-            row.update(meets=True, rate="inf", throughput=level.figures.request_throughput)
-            return
-        rate = float(int(level.figures.request_throughput) + 1)  # auto_tune.sh: ${throughput%.*} + 1
-        while rate > 0:
-            await asyncio.sleep(
-                args.settle_s
-            )  # auto_tune.sh: reset_prefix_cache; sleep 5 (measure_level resets)
-            row["slept_s"] += args.settle_s
-            level = await measure_level(ctx, plan, 1.0, rate)
-            row["levels"].append(_level_row(rate, level, slos))
-            if _meets(level.figures, slos):
-                row.update(meets=True, rate=rate, throughput=level.figures.request_throughput)
-                return
-            rate -= args.step
-
-
-def _meets(figures: TrialFigures, slos: Mapping[str, float]) -> bool:
-    """auto_tune.sh's test (``e2el <= MAX_LATENCY_ALLOWED_MS``) with the given limits: nothing else."""
-    if figures.completed == 0:
-        return False
-    values = [_metric(figures, name) for name in slos]
-    return all(not math.isnan(v) and v <= limit for v, limit in zip(values, slos.values(), strict=True))
-
-
-def _metric(figures: TrialFigures, name: str) -> float:
-    try:
-        return float(figures.metric(name))
-    except KeyError:
-        return math.nan
-
-
-def _level_row(rate: float | str, level: Level, slos: Mapping[str, float]) -> dict[str, Any]:
-    """One rate of a cell: the grid's verdict, the limit's figures, then the level's own figures
-    (its multiplier and offered rate are the rate here; its held/broke are the tool's verdict)."""
-    figures = {k: v for k, v in level.as_dict().items() if k not in ("x", "offered_rps", "held", "broke")}
-    return {
-        "rate": rate,
-        "meets": _meets(level.figures, slos),
-        **{name: _metric(level.figures, name) for name in slos},
-        "tool_verdict": "held" if level.held else f"broke: {level.broke}",
-        **figures,
-    }
-
-
-def _slo_pairs(slos: Sequence[str]) -> list[tuple[str, float]]:
-    from autotune.study import parse_slo
-
-    return [parse_slo(s) for s in slos]
-
-
 # -- the tool (autotune run --objective capacity) -------------------------------------------------
 def _tool(args: Any, model: str, workload: Path, space: Path, work: Path) -> dict[str, Any]:
     work.mkdir(parents=True, exist_ok=True)
@@ -406,6 +260,7 @@ def _read_study(work: Path, name: str) -> dict[str, Any]:
                 "capacity": f.get("capacity"),
                 "capacity_x": f.get("capacity_x"),
                 "capacity_hi": f.get("capacity_hi"),
+                "capacity_hi_x": f.get("capacity_hi_x"),
                 "served_rps": top["served_rps"] if top else None,
                 "levels": len(f.get("capacity_levels") or []),
                 "startup_s": rec.startup_s,
@@ -418,8 +273,9 @@ def _read_study(work: Path, name: str) -> dict[str, Any]:
         (v for k, v in st.user_attrs.items() if k.startswith("confirmation_") and isinstance(v, dict)), None
     )
     exported = best
-    if confirmation is not None and not confirmation.get("confirmed"):  # the baseline is exported
-        exported = next((t for t in trials if t["trial"] == 0), None)
+    if confirmation is not None:  # the trial confirmed, else the baseline (what `run` exports)
+        number = confirmation.get("trial") if confirmation.get("confirmed") else 0
+        exported = next((t for t in trials if t["trial"] == number), None)
     return {
         "trials": trials,
         "best_measured": best,
@@ -461,8 +317,12 @@ def _cfg(row: Mapping[str, Any] | None) -> str:
 def _bracket(t: Mapping[str, Any]) -> str:
     if t["capacity_x"] is None:
         return "-"
-    hi = "not reached" if t["capacity_hi"] is None else f"{t['capacity_hi']:.3g} req/s"
-    return f"held {t['capacity_x']:.3g}x, broke {hi}"
+    hi = (
+        "none broke"
+        if t["capacity_hi_x"] is None
+        else f"broke {t['capacity_hi_x']:.3g}x ({t['capacity_hi']:.3g} req/s)"
+    )
+    return f"held {t['capacity_x']:.3g}x, {hi}"
 
 
 def _confirmation(conf: Mapping[str, Any] | None) -> str:
@@ -480,99 +340,98 @@ def markdown(r: Mapping[str, Any]) -> str:
         f"{r['workload']} ({r['requests']} requests); SLO {', '.join(r['slo'])}. Grid method: {AUTO_TUNE}, "
         f"adapted (see the script's docstring); its limit {', '.join(r['grid_slo'])}.\n"
     )
-    grid = r.get("grid")
-    if grid is not None:
-        metric = next(iter(grid["limit"]))
-        rows = []
-        for cell in grid["cells"]:
-            inf = cell["levels"][0] if cell["levels"] else None
-            steps = [lv["rate"] for lv in cell["levels"][1:]]
-            rows.append(
-                [
-                    _cfg(cell),
-                    f"{cell.get('startup_s') or 0:.0f}"
-                    if cell["started"]
-                    else f"failed: {cell.get('failure')}",
-                    "-" if inf is None else f"{inf['served_rps']:.3g} req/s, {metric} {inf[metric]:.1f} ms",
-                    " ".join(f"{s:g}" for s in steps) or "-",
-                    "-" if not cell["meets"] else str(cell["rate"]),
-                    f"{cell['throughput']:.3g}" if cell["meets"] else "does not meet",
-                    cell["levels"][-1]["tool_verdict"] if cell["meets"] else "-",
-                    f"{cell['wall_s']:.0f}",
-                ]
-            )
-        parts.append("Grid (auto_tune.sh's method):\n")
-        parts.append(
-            c.md_table(
-                [
-                    "cell",
-                    "start s",
-                    "rate inf",
-                    "rates stepped",
-                    "holds at",
-                    "throughput req/s",
-                    "tool's verdict there",
-                    "s",
-                ],
-                rows,
-            )
-        )
-        probe = grid["memory_probe"]
-        parts.append(
-            f"\nMemory probe: {'1 start' if probe else 'skipped'}; {grid['engine_starts']} engine starts, "
-            f"wall {grid['wall_s'] / 60:.1f} min (of which the script's sleeps {grid['slept_s']:.0f} s).\n"
-        )
-    tool = r.get("tool")
-    if tool is not None:
-        rows = [
-            [
-                t["trial"],
-                _cfg(t),
-                t["status"],
-                "-" if t["capacity"] is None else f"{t['capacity']:.3g}",
-                _bracket(t),
-                "-" if t["served_rps"] is None else f"{t['served_rps']:.3g}",
-                t["levels"],
-            ]
-            for t in tool["trials"]
-        ]
-        parts.append("Tool (`autotune run --objective capacity`):\n")
-        parts.append(
-            c.md_table(
-                ["trial", "configuration", "status", "capacity req/s", "bracket", "served req/s", "levels"],
-                rows,
-            )
-        )
-        s = tool["engine_starts"]
-        parts.append(
-            f"\nConfirmation: {_confirmation(tool['confirmation'])}; {s['total']} engine starts ({s['search']} "
-            f"trials, {s['confirmation']} confirmation), wall {tool['wall_s'] / 60:.1f} min.\n"
-        )
-    cmp_ = r.get("comparison")
-    if cmp_ is not None:
-        g, t = grid["best"], tool["exported"]
-        st = cmp_["engine_starts"]
-        rows = [
-            ["grid (auto_tune.sh)", _cfg(g), "-" if g is None else f"{g['throughput']:.3g} req/s at rate {g['rate']}",
-             f"{cmp_['grid_best_served_rps']:.3g}", st["grid"], f"{grid['wall_s'] / 60:.1f}"],
-            ["tool", _cfg(t), "-" if t is None else f"{t['capacity']:.3g} req/s ({t['capacity_x']:.3g}x)",
-             f"{cmp_['tool_best_served_rps']:.3g}", f"{st['tool_total']} ({st['tool_search']} + {st['tool_confirmation']})",
-             f"{tool['wall_s'] / 60:.1f}"],
-        ]  # fmt: skip
-        parts.append(
-            c.md_table(
-                ["method", "best", "as it reports it", "served req/s there", "engine starts", "wall min"],
-                rows,
-            )
-        )
-        ratio = cmp_["tool_vs_grid"]
-        parts.append(
-            f"\nTool against grid, served req/s at the level that held: {'-' if ratio is None else f'{ratio:.2f}x'}; "
-            f"at least the grid's within {r.get('tolerance', 0.1):.0%}: {'yes' if cmp_['tool_at_least_grid_within_tolerance'] else '**no**'}. "
-            f"At most half the grid's engine starts: trials only {'yes' if cmp_['half_the_starts_search'] else 'no'}, "
-            f"with the confirmation {'yes' if cmp_['half_the_starts_total'] else 'no'}."
-        )
+    if r.get("grid") is not None:
+        parts += _grid_md(r["grid"])
+    if r.get("tool") is not None:
+        parts += _tool_md(r["tool"])
+    if r.get("comparison") is not None:
+        parts += _compare_md(r["grid"], r["tool"], r["comparison"], r["tolerance"])
     return "\n".join(parts)
+
+
+def _grid_md(grid: Mapping[str, Any]) -> list[str]:
+    metric = next(iter(grid["limit"]))
+    rows = []
+    for cell in grid["cells"]:
+        inf = cell["levels"][0] if cell["levels"] else None
+        rows.append(
+            [
+                _cfg(cell),
+                f"{cell.get('startup_s') or 0:.0f}" if cell["started"] else f"failed: {cell.get('failure')}",
+                "-" if inf is None else f"{inf['served_rps']:.3g} req/s, {metric} {inf[metric]:.1f} ms",
+                " ".join(f"{lv['rate']:g}" for lv in cell["levels"][1:]) or "-",
+                str(cell["rate"]) if cell["meets"] else "-",
+                f"{cell['throughput']:.3g}" if cell["meets"] else "does not meet",
+                cell["levels"][-1]["tool_verdict"] if cell["meets"] else "-",
+                f"{cell['wall_s']:.0f}",
+            ]
+        )
+    headers = [
+        "cell",
+        "start s",
+        "rate inf",
+        "rates stepped",
+        "holds at",
+        "throughput req/s",
+        "tool's verdict",
+        "s",
+    ]
+    probe = "1 start" if grid["memory_probe"] else "skipped"
+    return [
+        "Grid (auto_tune.sh's method):\n",
+        c.md_table(headers, rows),
+        f"\nMemory probe: {probe}; {grid['engine_starts']} engine starts, wall {grid['wall_s'] / 60:.1f} min "
+        f"(of which the script's sleeps {grid['slept_s']:.0f} s).\n",
+    ]
+
+
+def _tool_md(tool: Mapping[str, Any]) -> list[str]:
+    rows = [
+        [
+            t["trial"],
+            _cfg(t),
+            t["status"],
+            "-" if t["capacity"] is None else f"{t['capacity']:.3g}",
+            _bracket(t),
+            "-" if t["served_rps"] is None else f"{t['served_rps']:.3g}",
+            t["levels"],
+        ]
+        for t in tool["trials"]
+    ]
+    headers = ["trial", "configuration", "status", "capacity req/s", "bracket", "served req/s", "levels"]
+    s = tool["engine_starts"]
+    return [
+        "Tool (`autotune run --objective capacity`):\n",
+        c.md_table(headers, rows),
+        f"\nConfirmation: {_confirmation(tool['confirmation'])}; {s['total']} engine starts ({s['search']} "
+        f"trials, {s['confirmation']} confirmation), wall {tool['wall_s'] / 60:.1f} min.\n",
+    ]
+
+
+def _compare_md(
+    grid: Mapping[str, Any], tool: Mapping[str, Any], cmp_: Mapping[str, Any], tolerance: float
+) -> list[str]:
+    g, t, st = grid["best"], tool["exported"], cmp_["engine_starts"]
+    rows = [
+        ["grid (auto_tune.sh)", _cfg(g), "-" if g is None else f"{g['throughput']:.3g} req/s at rate {g['rate']}",
+         f"{cmp_['grid_best_served_rps']:.3g}", st["grid"], f"{grid['wall_s'] / 60:.1f}"],
+        ["tool", _cfg(t), "-" if t is None else f"{t['capacity']:.3g} req/s ({t['capacity_x']:.3g}x)",
+         f"{cmp_['tool_best_served_rps']:.3g}", f"{st['tool_total']} ({st['tool_search']} + {st['tool_confirmation']})",
+         f"{tool['wall_s'] / 60:.1f}"],
+    ]  # fmt: skip
+    headers = ["method", "best", "as it reports it", "served req/s there", "engine starts", "wall min"]
+    ratio = "-" if cmp_["tool_vs_grid"] is None else f"{cmp_['tool_vs_grid']:.2f}x"
+
+    def yes(flag: bool, strong: bool = False) -> str:
+        return "yes" if flag else ("**no**" if strong else "no")
+
+    return [
+        c.md_table(headers, rows),
+        f"\nTool against grid, served req/s at the level that held: {ratio}; at least the grid's within "
+        f"{tolerance:.0%}: {yes(cmp_['tool_at_least_grid_within_tolerance'], True)}. At most half the grid's "
+        f"engine starts: trials only {yes(cmp_['half_the_starts_search'])}, with the confirmation "
+        f"{yes(cmp_['half_the_starts_total'])}.",
+    ]
 
 
 if __name__ == "__main__":

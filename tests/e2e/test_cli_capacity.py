@@ -151,3 +151,25 @@ def test_bench_capacity_brackets_a_running_server_without_restarting_it(tmp_path
     assert data["figures"]["capacity"] > 0 and data["figures"]["capacity_levels"]
     page = (tmp_path / "cap.html").read_text()
     assert "Latency against load" in page and "plot-capacity" in page
+
+
+def test_a_capacity_night_promotes_the_pool_that_carries_more(tmp_path: Path, mark: str) -> None:
+    """``nightly`` with ``--objective capacity``: the deployed starved baseline re-measured, a search
+    trial bracketed, the larger pool's capacity confirmed against it and promoted with its header."""
+    model = tmp_path / "fake-model"
+    model.mkdir()
+    (model / "config.json").write_text((REPO / "tests/data/model_configs/tiny-llama-2layer.json").read_text())
+    (tmp_path / "space.yaml").write_text(SPACE)
+    res = _autotune(
+        tmp_path, mark,
+        "nightly", "--study", "capn", "--workload", str(_workload(tmp_path / "w.jsonl", n=30, step=0.2)),
+        "--model", str(model), "--launcher", " ".join(FAKE_LAUNCHER), "--studies-dir", str(tmp_path / "studies"),
+        "--no-check-args", "--no-check-memory", "--space", str(tmp_path / "space.yaml"),
+        "--baseline-arg=--kv-cache-memory-bytes=8M", "--objective", "capacity", "--slo", "ttft_p90=250ms",
+        "--capacity-levels", "4", "--capacity-tolerance", "0.3", "--budget", "180s", "--rounds", "1",
+        "--max-trials", "1", "--min-improvement", "0.2", "--out", str(tmp_path / "deployed.yaml"),
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "capacity: promoted trial #1" in res.stdout, res.stdout
+    header = (tmp_path / "deployed.yaml").read_text()
+    assert "# capacity at SLO ttft_p90<=250ms:" in header and "kv-cache-memory-bytes: 64M" in header
