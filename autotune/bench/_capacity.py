@@ -87,9 +87,15 @@ class CapacityPlan:
 
     def describe(self) -> str:
         slos = ", ".join(f"{k}<={v:g}ms" for k, v in self.slos_ms.items())
+        ceiling = (
+            f", up to {self.max_multiplier:.3g}x (no level under {MIN_LEVEL_SPAN_S:g} s)"
+            if math.isfinite(self.max_multiplier)
+            else ""
+        )
         return (
-            f"capacity at SLO {slos}: load doubled until a level breaks, then bisected to within "
-            f"{self.tolerance:.0%} (at most {self.max_levels} levels)"
+            f"capacity at SLO {slos}: one engine start per trial, load doubled from the workload's pace until a "
+            f"level breaks, then bisected to within {self.tolerance:.0%} (at most {self.max_levels} levels"
+            f"{ceiling}), the prefix cache emptied before each"
         )
 
     def slo_text(self) -> str:

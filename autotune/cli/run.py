@@ -309,7 +309,8 @@ def _dry_run(setup: TuningSetup, plan: BaselinePlan) -> int:
     prior = setup.prior
     for line in prior.lines if prior is not None else ():
         out.print(f"# {line}", soft_wrap=True)
-    out.print(f"# {setup.pass_plan.describe()}; pruning {'on' if setup.choices.prune else 'off'}")
+    measure = setup.capacity.describe() if setup.capacity is not None else setup.pass_plan.describe()
+    out.print(f"# {measure}; pruning {'on' if setup.choices.prune else 'off'}")
     checked = setup.checker() is not None
     formats = {n: q.format for n, q in setup.space.parameters.items() if q.format}
     for p in previews:
