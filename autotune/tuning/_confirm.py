@@ -14,7 +14,7 @@ import optuna
 
 from autotune.space import RenderedConfig
 from autotune.study import COST_FIGURES, Objective, TrialRecord, baseline_trial, best_feasible, read_record
-from autotune.trial import VllmEvaluator, compare_configs, significant_gain
+from autotune.trial import ArmSummary, Comparison, VllmEvaluator, compare_configs, significant_gain
 
 __all__ = ["confirm_best"]
 
@@ -41,6 +41,26 @@ def _above_the_base_bracket(result: Any, why: str) -> tuple[bool, str]:
         f"({'no baseline run broke' if math.isinf(top) else f'its runs broke at up to {top:.3g} req/s'}): "
         "the two lie within the bracket's resolution"
     )
+
+
+def _on_schedule(result: Comparison) -> Comparison:
+    """The comparison of the runs that kept to their schedule (a late run's figures left out)."""
+
+    def arm(a: ArmSummary) -> ArmSummary:
+        keep = [
+            i
+            for i, r in enumerate(a.runs)
+            if not (r.ok and r.figures and r.figures.raw.get("behind_schedule"))
+        ]
+        ok_runs = [r for r in a.runs if r.ok]  # figures hold one value per measured run, in order
+        index = {id(r): k for k, r in enumerate(ok_runs)}
+        kept_ok = [index[id(a.runs[i])] for i in keep if id(a.runs[i]) in index]
+        figures = {
+            name: [values[k] for k in kept_ok if k < len(values)] for name, values in a.figures.items()
+        }
+        return dataclasses.replace(a, runs=tuple(a.runs[i] for i in keep), figures=figures)
+
+    return Comparison(a=arm(result.a), b=arm(result.b))
 
 
 def confirm_best(
@@ -80,15 +100,27 @@ def confirm_best(
         for r in arm.runs
         if r.ok and r.figures and r.figures.raw.get("behind_schedule")
     ]
+    inconclusive = False
     # a capacity run's figure counts only levels whose load was delivered (bench.level_verdict)
-    inconclusive = bool(late) and ok and not objective.is_capacity
-    if inconclusive:  # a gain read off runs whose load was not the planned one is not evidence
-        ok = False
-        why += (
-            f"; inconclusive: {len(late)} of {len(result.a.runs) + len(result.b.runs)} runs fell behind their "
-            "schedule, so their figures are unreliable (fix: a lower --speed or --rate, a quieter host, or "
-            "more --confirm-rounds)"
-        )
+    if late and ok and not objective.is_capacity:
+        # a gain read off runs whose load was not the planned one is not evidence: the verdict must
+        # stand on the runs that kept to their schedule alone
+        kept = _on_schedule(result)
+        still, _ = (
+            significant_gain(kept, objective.metric, maximize=objective.direction == "maximize",
+                             min_improvement=min_improvement)
+            if kept.a.runs and kept.b.runs
+            else (False, "")
+        )  # fmt: skip
+        if not still:
+            ok, inconclusive = False, True
+            why += (
+                f"; inconclusive: {len(late)} of {len(result.a.runs) + len(result.b.runs)} runs fell behind "
+                "their schedule, so their figures are unreliable, and the runs on schedule alone do not show "
+                "the gain (fix: a lower --speed or --rate, a quieter host, or more --confirm-rounds)"
+            )
+        else:
+            why += f"; {len(late)} run(s) behind their schedule left out, the gain holds on the others"
     record = {
         "trial": best.number,
         "confirmed": ok,
