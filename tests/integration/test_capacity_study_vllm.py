@@ -44,7 +44,7 @@ def test_a_capacity_study_on_real_vllm_exports_a_capacity_above_the_starved_base
         [sys.executable, "-m", "autotune", "run", "--workload", str(REPO / "examples" / "rag.jsonl"),
          "--model", str(model), "--engine-arg=--enforce-eager", "--engine-arg=--max-model-len=2048",
          "--baseline-arg=--kv-cache-memory-bytes=20M", "--objective", "capacity", "--slo", "ttft_p50=100ms",
-         "--speed", "2", "--capacity-levels", "5", "--n-trials", "3", "--confirm-rounds", "2",
+         "--speed", "2", "--capacity-levels", "4", "--capacity-tolerance", "0.25", "--n-trials", "3", "--confirm-rounds", "2",
          "--study", "cap", "--studies-dir", str(tmp_path / "studies"), "--out", str(out)],
         env={**os.environ, MARK_ENV: mark, "PYTHONPATH": str(REPO)},
         capture_output=True, text=True, timeout=900,

@@ -92,7 +92,8 @@ def test_levels_do_not_depend_on_their_order_and_bench_brackets_a_running_vllm(
     data = json.loads(out.read_text())
     figures = data["figures"]
     levels = figures["capacity_levels"]
-    assert [lv["x"] for lv in levels][:2] == [1.0, 2.0] and len(levels) == 3
+    # 16 arrivals over 3 s: 1x, then up to 1.5x (no level sends them in under 2 s), bisected below if broke
+    assert levels[0]["x"] == 1.0 and all(lv["x"] <= 1.5 for lv in levels) and 2 <= len(levels) <= 3
     held = [lv for lv in levels if lv["held"]]
     assert held and figures["capacity"] == pytest.approx(max(lv["offered_rps"] for lv in held), rel=1e-3)
     assert all(
