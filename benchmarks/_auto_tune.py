@@ -125,7 +125,9 @@ def _cell(setup: TuningSetup, seqs: int, tokens: int, plan: GridPlan, work: Path
     t0 = time.monotonic()
     log = work / f"cell-{seqs}-{tokens}.log"
     try:
-        with _levels.started_engine(setup, _rendered(setup, seqs, tokens), log, cache_dir=work / "cache") as proc:
+        with _levels.started_engine(
+            setup, _rendered(setup, seqs, tokens), log, cache_dir=work / "cache"
+        ) as proc:
             row.update(started=True, startup_s=proc.startup_s)
             asyncio.run(_rates(setup, proc.base_url, plan, row))
             proc.check_alive()

@@ -250,7 +250,12 @@ def _confirm(
             if value is not None
             else f"{rec.status.value} ({rec.failure})"
         )
-        late = str(rec.figures.raw.get("schedule_note") or "") if rec.ok and rec.figures else ""
+        # a capacity run counts only levels whose load was delivered: its held level's lag is no doubt
+        late = (
+            str(rec.figures.raw.get("schedule_note") or "")
+            if rec.ok and rec.figures and not setup.objective.is_capacity
+            else ""
+        )
         if late:
             behind.append(f"{name} round {r + 1}: {late}")
         console.print(
