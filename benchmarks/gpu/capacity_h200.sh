@@ -12,7 +12,7 @@
 #   call 2 (.gpu/c2 .gpu/s):        bash .gpu/s/install.sh c2 && T=400 bash benchmarks/gpu/capacity_h200.sh study
 #   call 3:                         bash benchmarks/gpu/capacity_h200.sh more     (2 more trials)
 #   call 4:                         bash benchmarks/gpu/capacity_h200.sh ab       (A B A B, export)
-#   call 5:                         bash benchmarks/gpu/capacity_h200.sh grid     (vLLM auto_tune.sh's method)
+#   call 5 (not ready yet):         bash benchmarks/gpu/capacity_h200.sh grid     (vLLM auto_tune.sh's method)
 #
 # dry:   the commands of the baseline and 3 samples, each checked by vLLM's parser; the prior's lines.
 # study: the baseline (the defaults at share 0.15) and the prior's candidate, each bracketed on one start.
@@ -58,11 +58,8 @@ case "$STEP" in
   ab)    run ab --n-trials 0 --confirm-rounds 2 --out "$OUT/best.yaml"
          python3 -m autotune report --study cap --studies-dir "$R" -o "$OUT/report.html" > /dev/null 2>&1
          tar -czf "$OUT/cap.tar.gz" -C /root cap --exclude='*/cache' 2>/dev/null ;;
-  grid)  snap > "$OUT/gpu-grid.txt"
-         timeout -s INT "${T:-560}" python3 benchmarks/capacity_vs_grid.py --gpu-h200 --json-out "$OUT/capacity_vs_grid.json" \
-           > "$OUT/grid.stdout" 2> "$OUT/grid.stderr"
-         echo "grid: exit $?" | tee -a "$OUT/gpu-grid.txt"
-         left_over | tee -a "$OUT/gpu-grid.txt"
-         tail -30 "$OUT/grid.stdout" ;;
+  grid)  # not ready: benchmarks/capacity_vs_grid.py generates the CPU build's tiny model and takes
+         # examples/ workloads only; it needs --model, --engine-arg and a workload path for this step
+         echo "grid: not ready (capacity_vs_grid.py takes no --model/--engine-arg yet)"; exit 2 ;;
   *) echo "usage: capacity_h200.sh dry|study|more|ab|grid"; exit 2 ;;
 esac
