@@ -225,8 +225,8 @@ REAL_PINNED = (
 )
 
 
-def real_rag_workload(path: Path) -> Path:
-    """Ten requests over two shared 300-word documents, 0.2 s apart."""
+def real_rag_workload(path: Path, n: int = 10) -> Path:
+    """``n`` (ten) requests over two shared 300-word documents, 0.2 s apart."""
     rng = random.Random(3)
     words = [
         "cache",
@@ -243,7 +243,7 @@ def real_rag_workload(path: Path) -> Path:
     ]
     docs = [" ".join(rng.choice(words) for _ in range(300)) for _ in range(2)]
     with path.open("w") as f:
-        for i in range(10):
+        for i in range(n):
             q = " ".join(rng.choice(words) for _ in range(12))
             f.write(
                 json.dumps({"prompt": f"{docs[i % 2]}\nQ: {q}", "max_tokens": 8, "timestamp": i * 0.2}) + "\n"

@@ -45,6 +45,8 @@ def open_and_announce(
         f"workload {setup.choices.workload} ({len(setup.workload)} requests, {setup.arrival.describe()}) | "
         f"objective {setup.objective.direction} {setup.objective.metric} | fingerprint {record_effective_study(st, setup)}"
     )
+    if setup.capacity is not None:
+        console.print(setup.capacity.describe(), markup=False, soft_wrap=True)
     if opened.finished_before:
         base = baseline_trial(st)
         console.print(

@@ -13,7 +13,7 @@ import optuna
 from rich.markup import escape
 from rich.table import Table
 
-from autotune.study import TrialRecord, TrialReport, read_record
+from autotune.study import TrialRecord, TrialReport, baseline_what, read_record, unit
 from autotune.tuning import FORMATS_ATTR
 
 if TYPE_CHECKING:
@@ -25,8 +25,8 @@ __all__ = ["FORMATS_ATTR", "fmt_params", "fmt_value", "group_table", "study_tabl
 def fmt_value(metric: str, value: float | None) -> str:
     if value is None or math.isnan(value) or abs(value) >= 1e11:
         return "-"
-    unit = "/s" if metric.endswith("throughput") or metric == "goodput" else " ms"
-    return f"{value:.1f}{unit}"
+    suffix = "/s" if unit(metric).endswith("/s") else " ms"
+    return f"{value:.1f}{suffix}"
 
 
 def _one(name: str, value: Any, formats: Mapping[str, str]) -> str:
@@ -46,9 +46,11 @@ def fmt_params(params: Mapping[str, Any], formats: Mapping[str, str] | None = No
     return sep.join(_one(k, v, formats or {}) for k, v in params.items())
 
 
-def _what(rec: TrialRecord, params: Mapping[str, Any], formats: Mapping[str, str], sep: str) -> str:
+def _what(
+    rec: TrialRecord, params: Mapping[str, Any], formats: Mapping[str, str], sep: str, study: optuna.Study
+) -> str:
     if rec.baseline:
-        return "baseline: " + (f"reference {rec.reference}" if rec.reference else "vLLM defaults")
+        return "baseline: " + baseline_what(study, rec.reference)
     return fmt_params(params, formats, sep)
 
 
@@ -66,8 +68,13 @@ def trial_line(rep: TrialReport, metric: str) -> str:
         hit = rec.metrics.prefix_hit_rate if rec.metrics else None
         ttft50 = f.get("ttft_p50") if f else None
         also = "" if metric == "ttft_p50" else f"ttft_p50={fmt_value('ttft_p50', ttft50)} "  # not twice
+        head_figure = (
+            capacity_text(f.raw)
+            if metric == "capacity" and f is not None
+            else f"{metric}={fmt_value(metric, rep.value)}"
+        )
         body = (
-            f"{metric}={fmt_value(metric, rep.value)} {also}"
+            f"{head_figure} {also}"
             f"out={f.output_throughput if f else math.nan:.1f} tok/s failed={f.failed if f else 0}"
             + (f" prefix-hit={hit:.0%}" if hit is not None else "")
             + _passes_note(rec, metric).replace("\n", " (")
@@ -87,6 +94,20 @@ def trial_line(rep: TrialReport, metric: str) -> str:
         else " | no feasible trial yet"
     )
     return head + ": " + body + best
+
+
+def capacity_text(raw: Mapping[str, Any]) -> str:
+    """``capacity=14.2 req/s at 4x (broke at 15.9 req/s, 4.5x; 5 levels)``: the highest load that held
+    its SLOs, as a multiple of the workload's arrivals, and the bracket's upper end."""
+    held, x = raw.get("capacity"), raw.get("capacity_x")
+    hi, hi_x = raw.get("capacity_hi"), raw.get("capacity_hi_x")
+    levels = len(raw.get("capacity_levels") or ())
+    if held is None:
+        return "capacity=-"
+    if not held:
+        return f"capacity=0 req/s (no level held; {levels} levels)"
+    upper = f"broke at {hi:.3g} req/s, {hi_x:.3g}x" if hi is not None else "none broke"
+    return f"capacity={held:.3g} req/s at {x:.3g}x ({upper}; {levels} levels)"
 
 
 def _first_failure(rec: TrialRecord) -> str:
@@ -140,7 +161,7 @@ def study_table(study: optuna.Study, metric: str) -> Table:
             str(t.number),
             status,
             # a trial still queued (the prior's candidate) has its values in fixed_params until it runs
-            _what(rec, t.params or t.system_attrs.get("fixed_params") or {}, formats, "\n"),
+            _what(rec, t.params or t.system_attrs.get("fixed_params") or {}, formats, "\n", study),
             (fmt_value(metric, t.value) + _passes_note(rec, metric)) if rec.ok else "-",
             fmt_value("ttft_p50", rec.figures.get("ttft_p50")) if rec.ok and rec.figures else "-",
             f"{rec.figures.output_throughput:.1f}" if rec.ok and rec.figures else "-",

@@ -52,6 +52,29 @@ def _cli_type(name: str) -> Any:
     return tp
 
 
+# ``--help`` groups the options by topic: each panel starts at the first field of a section of the
+# study model (autotune/spec/_model.py), in declaration order
+_PANEL_STARTS = {
+    "workload": "Workload and arrivals",
+    "model": "Engine and model",
+    "objective": "Objective and judging",
+    "study": "Where the study lives",
+    "n_trials": "How much to run",
+    "out": "What comes out",
+    "config": "Compare's arms",
+    "dry_run": "This invocation",
+}
+
+
+def _panel(name: str) -> str:
+    panel = "Options"
+    for field in StudySpec.model_fields:
+        panel = _PANEL_STARTS.get(field, panel)
+        if field == name:
+            return panel
+    return panel
+
+
 def cli_option(name: str, command: str | None = None) -> tuple[Any, Any]:
     """(annotation, default) of the option for field ``name``, as ``command`` shows it."""
     meta = field_meta(name)
@@ -64,7 +87,7 @@ def cli_option(name: str, command: str | None = None) -> tuple[Any, Any]:
         decls = [f"{flag}/--no-{flag.removeprefix('--')}"]
     if meta.get("short"):
         decls.append(meta["short"])
-    kwargs: dict[str, Any] = {"help": info.description}
+    kwargs: dict[str, Any] = {"help": info.description, "rich_help_panel": _panel(name)}
     if "minimum" in meta:
         kwargs["min"] = meta["minimum"]
     if isinstance(default, tuple):

@@ -37,6 +37,9 @@ Slo: Any = cli_option("slo")[0]
 MaxRequests: Any = cli_option("max_requests")[0]
 Sample: Any = cli_option("sample")[0]
 History: Any = cli_option("history")[0]
+MaxDuration: Any = cli_option("max_duration")[0]
+CapacityTolerance: Any = cli_option("capacity_tolerance")[0]
+CapacityLevels: Any = cli_option("capacity_levels")[0]
 _PCTS = ("p50", "p90", "p99")
 
 
@@ -66,6 +69,18 @@ def bench(
     json_out: Annotated[
         Optional[Path], typer.Option(help="Write the measurement here as JSON: a study's trial record (`autotune compare` reads it).")
     ] = None,
+    capacity: Annotated[
+        bool, typer.Option("--capacity", help="Bracket the server's capacity at the --slo limits: the workload replayed at "
+                           "doubling, then bisected loads, its prefix cache emptied before each (the server needs "
+                           "VLLM_SERVER_DEV_MODE=1 for that); prints a table of levels and the capacity.")
+    ] = False,
+    capacity_tolerance: CapacityTolerance = 0.10,
+    capacity_levels: CapacityLevels = 6,
+    max_duration: MaxDuration = None,
+    html_out: Annotated[
+        Optional[Path], typer.Option(help="With --capacity: write a page with latency against load and the knee marked "
+                                     "(default: beside --json-out, as .html).")
+    ] = None,
 ) -> None:  # fmt: skip
     """Measure a running server as a study trial measures its engine: TTFT/TPOT/ITL/E2EL, throughput, goodput
     (with --slo), schedule lag and prefix-cache hits. Never starts or stops an engine.
@@ -79,6 +94,8 @@ def bench(
             workload=workload, rate=rate, burstiness=burstiness, concurrency=concurrency, speed=speed,
             passes=passes, warmup=warmup, seed=seed, max_requests=max_requests, sample=sample,
             slo=tuple(slo or ()), history=history, model=model, api_key_env=api_key_env,
+            objective="capacity" if capacity else "ttft_p90", capacity_tolerance=capacity_tolerance,
+            capacity_levels=capacity_levels, max_duration=max_duration,
         )  # fmt: skip
     except ValidationError as exc:  # the model's own check of an option, as one line
         err = exc.errors()[0]
@@ -88,19 +105,80 @@ def bench(
     rec = result.record
     out.print(f"{result.server.url}, model {result.server.model}: {len(result.workload)} requests, "
               f"{result.arrival.describe()}", soft_wrap=True)  # fmt: skip
-    out.print(figure_table(rec))
-    for line in summary_lines(rec, result.slos_ms):
-        out.print(line, soft_wrap=True, markup=False)
+    if capacity:
+        out.print(level_table(rec))
+        headline = capacity_headline(rec)
+        out.print(headline, soft_wrap=True, markup=False)
+    else:
+        out.print(figure_table(rec))
+        for line in summary_lines(rec, result.slos_ms):
+            out.print(line, soft_wrap=True, markup=False)
     for note in rec.notes:
         console.print(f"[yellow]note:[/yellow] {escape(note)}", soft_wrap=True)
     if json_out is not None:
         json_out.parent.mkdir(parents=True, exist_ok=True)
         json_out.write_text(json.dumps(result.as_json(), indent=2))
         out.print(f"wrote {json_out}")
+    page_path = html_out or (json_out.with_suffix(".html") if capacity and json_out is not None else None)
+    if capacity and page_path is not None and rec.figures is not None:
+        _write_page(page_path, result.server.url, rec.figures.as_dict(), headline)
+        out.print(f"wrote {page_path}")
     if rec.figures is None or rec.figures.completed == 0:
         why = no_success_reason(rec.figures) if rec.figures is not None else "nothing measured"
         console.print(f"[red]{why}[/red]", soft_wrap=True)
         raise typer.Exit(1)
+
+
+def capacity_headline(rec: TrialRecord) -> str:
+    """``capacity at SLO ttft_p90<=800ms: 14.2 req/s (4x the workload's arrivals) [held 14.2, broke 15.9 req/s]``."""
+    raw = rec.figures.as_dict() if rec.figures is not None else {}
+    slos = ", ".join(f"{k}<={v:g}ms" for k, v in (raw.get("capacity_slos") or {}).items())
+    held, x, hi = raw.get("capacity"), raw.get("capacity_x"), raw.get("capacity_hi")
+    if not held:
+        return f"capacity at SLO {slos}: none: {raw.get('capacity_note') or 'no level held'}"
+    upper = f"broke {hi:.3g} req/s" if hi is not None else "no level broke"
+    line = f"capacity at SLO {slos}: {held:.3g} req/s ({x:.3g}x the workload's arrivals) [held {held:.3g}, {upper}]"
+    return line + (f"; {raw['capacity_note']}" if raw.get("capacity_note") else "")
+
+
+def level_table(rec: TrialRecord) -> Table:
+    """One row a load level, in the order measured: load, TTFT/TPOT p50 and p90, saturated, SLO held."""
+    table = Table()
+    for col in (
+        "load",
+        "req/s",
+        "served",
+        "TTFT p50",
+        "TTFT p90",
+        "TPOT p50",
+        "TPOT p90",
+        "saturated",
+        "SLO",
+    ):
+        table.add_column(col, justify="left" if col == "SLO" else "right")
+    raw = rec.figures.as_dict() if rec.figures is not None else {}
+    for lv in raw.get("capacity_levels") or ():
+        table.add_row(
+            f"{lv['x']:.3g}x", f"{lv['offered_rps']:.3g}", f"{lv['served_rps']:.3g}",
+            *(_ms(lv.get(k)) for k in ("ttft_p50", "ttft_p90", "tpot_p50", "tpot_p90")),
+            "yes" if lv.get("saturated") else "no",
+            "held" if lv.get("held") else f"broke: {lv.get('broke')}",
+        )  # fmt: skip
+    return table
+
+
+def _write_page(path: Path, url: str, raw: dict[str, Any], headline: str) -> None:
+    from autotune.report import capacity_page_sections, page, write_html
+
+    write_html(
+        page(
+            f"capacity of {url}",
+            "measured by autotune bench --capacity",
+            capacity_page_sections(url, raw, headline),
+            plots=True,
+        ),
+        path,
+    )
 
 
 def _ms(value: float | None) -> str:

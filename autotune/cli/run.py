@@ -26,6 +26,7 @@ from autotune.study import (
     TrialReport,
     baseline_saturation,
     baseline_trial,
+    baseline_what,
     best_feasible,
     choose_export,
     export_costs,
@@ -169,7 +170,7 @@ def _run_trials(
     done = {"n": 0}
 
     def on_start(number: int, baseline: bool, params: Mapping[str, Any]) -> None:
-        what = ("baseline: reference " if params else "baseline: vLLM defaults ") if baseline else ""
+        what = ("baseline: reference " if params else f"baseline: {baseline_what(st)} ") if baseline else ""
         console.print(
             f"[bold]trial {done['n'] + 1}/{n_trials}[/bold] (#{number}) starting: {what}"
             + (fmt_params(params, formats) if params or not baseline else "")
@@ -249,7 +250,12 @@ def _confirm(
             if value is not None
             else f"{rec.status.value} ({rec.failure})"
         )
-        late = str(rec.figures.raw.get("schedule_note") or "") if rec.ok and rec.figures else ""
+        # a capacity run counts only levels whose load was delivered: its held level's lag is no doubt
+        late = (
+            str(rec.figures.raw.get("schedule_note") or "")
+            if rec.ok and rec.figures and not setup.objective.is_capacity
+            else ""
+        )
         if late:
             behind.append(f"{name} round {r + 1}: {late}")
         console.print(
@@ -269,7 +275,13 @@ def _confirm(
     )
     lines: list[str] = []
     if confirmation is not None:
-        verdict = "confirmed" if confirmation["confirmed"] else "not confirmed: exporting the baseline"
+        verdict = (
+            "confirmed"
+            if confirmation["confirmed"]
+            else "inconclusive: exporting the baseline"
+            if confirmation.get("inconclusive")
+            else "not confirmed: exporting the baseline"
+        )
         lines.append(
             f"re-measured trial {confirmation['trial']} against the baseline: {verdict} ({confirmation['why']})"
         )
@@ -302,7 +314,8 @@ def _dry_run(setup: TuningSetup, plan: BaselinePlan) -> int:
     prior = setup.prior
     for line in prior.lines if prior is not None else ():
         out.print(f"# {line}", soft_wrap=True)
-    out.print(f"# {setup.pass_plan.describe()}; pruning {'on' if setup.choices.prune else 'off'}")
+    measure = setup.capacity.describe() if setup.capacity is not None else setup.pass_plan.describe()
+    out.print(f"# {measure}; pruning {'on' if setup.choices.prune else 'off'}")
     checked = setup.checker() is not None
     formats = {n: q.format for n, q in setup.space.parameters.items() if q.format}
     for p in previews:

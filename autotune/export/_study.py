@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import statistics
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -22,6 +23,7 @@ from autotune.space import flag_pairs
 from autotune.study import (
     TrialRecord,
     baseline_trial,
+    baseline_what,
     best_feasible,
     failure_summary,
     figure_text,
@@ -99,6 +101,8 @@ def _header(study: optuna.Study, best: optuna.trial.FrozenTrial, rec: TrialRecor
         + (f"; engine {rec.engine}" if rec.engine else ""),
         f"{metric}: {figure_text(best.value, metric)}",
     ]
+    if metric == "capacity":
+        lines += capacity_lines(study, best, rec)
     base = baseline_trial(study)
     if base is None:
         lines.append(
@@ -109,7 +113,7 @@ def _header(study: optuna.Study, best: optuna.trial.FrozenTrial, rec: TrialRecor
         what = (
             f"reference {brec.reference}: vLLM's defaults do not fit here"
             if brec.reference
-            else "vLLM defaults"
+            else baseline_what(study)
         )
         lines.append(f"baseline ({what}; trial {base.number}) {metric}: {figure_text(base.value, metric)}")
     if rec.figures is not None:
@@ -121,6 +125,55 @@ def _header(study: optuna.Study, best: optuna.trial.FrozenTrial, rec: TrialRecor
     if rec.saturated and rec.figures is not None:
         lines.append(f"WARNING: {rec.figures.saturation_note}")
     return lines
+
+
+def _range(values: Sequence[float]) -> str:
+    return f"[{min(values):.3g}-{max(values):.3g}]"
+
+
+def capacity_lines(study: optuna.Study, best: optuna.trial.FrozenTrial, rec: TrialRecord) -> list[str]:
+    """``capacity at SLO ttft_p90<=800ms: 14.2 req/s [13.1-14.9] (defaults 7.9 req/s [7.4-8.3], 1.80x)``:
+    the median over the confirmation's runs (each a full bracket) with their range, else the trial's
+    own bracket [held-broke]; then what the brackets are."""
+    raw = rec.figures.as_dict() if rec.figures is not None else {}
+    slos = ", ".join(f"{k}<={v:g}ms" for k, v in (raw.get("capacity_slos") or {}).items()) or "?"
+    base = baseline_trial(study)
+    brec = read_record(base) if base is not None else None
+    conf = study.user_attrs.get(f"confirmation_{best.number}") or {}
+    comp = conf.get("comparison") or {}
+    a_vals = ((comp.get("a") or {}).get("values") or {}).get("capacity") or []
+    b_vals = ((comp.get("b") or {}).get("values") or {}).get("capacity") or []
+    what = (
+        "defaults"
+        if brec is None or not (brec.reference or baseline_what(study) != "vLLM defaults")
+        else "baseline"
+    )
+    if a_vals and b_vals:
+        ma, mb = statistics.median(a_vals), statistics.median(b_vals)
+        ratio = f", {mb / ma:.2f}x" if ma > 0 else ""
+        return [
+            f"capacity at SLO {slos}: {mb:.3g} req/s {_range(b_vals)} ({what} {ma:.3g} req/s {_range(a_vals)}{ratio})",
+            f"(median [range] of the confirmation's {len(b_vals)} and {len(a_vals)} runs, each a full bracket: "
+            "the highest load that held its SLOs)",
+        ]
+
+    def bracket(r: TrialRecord | None) -> str:
+        f = r.figures.as_dict() if r is not None and r.figures is not None else {}
+        held, broke = f.get("capacity"), f.get("capacity_hi")
+        if held is None:
+            return "-"
+        return (
+            f"{held:.3g} req/s [{held:.3g}-{broke:.3g}]"
+            if broke is not None
+            else f"{held:.3g} req/s [{held:.3g}-?]"
+        )
+
+    held, bheld = raw.get("capacity"), (brec.figures.get("capacity") if brec and brec.figures else None)
+    ratio = f", {held / bheld:.2f}x" if held and bheld else ""
+    return [
+        f"capacity at SLO {slos}: {bracket(rec)} ({what} {bracket(brec)}{ratio})",
+        "(each [held-broke]: the highest load that held its SLOs and the lowest above it that broke them)",
+    ]
 
 
 def export_best(

@@ -18,6 +18,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from autotune.report._data import StudyFacts, TrialRow, pareto_front, request_cdf
+from autotune.study import unit
 
 __all__ = [
     "cdf_figure",
@@ -51,7 +52,7 @@ def params_text(row: TrialRow, formats: Mapping[str, str]) -> str:
 
 
 def _unit(metric: str) -> str:
-    return "tok/s" if metric.endswith("throughput") else ("req/s" if metric == "goodput" else "ms")
+    return unit(metric)
 
 
 def objective_figure(facts: StudyFacts) -> go.Figure | str:

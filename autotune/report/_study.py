@@ -11,6 +11,7 @@ from typing import Any
 import optuna
 
 from autotune.errors import StorageError
+from autotune.report._capacity import capacity_study_section
 from autotune.report._data import FIGURE_COLUMNS, StudyFacts, TrialRow, collect
 from autotune.report._html import Cell, Section, esc, figure_html, page, table_html, write_html
 from autotune.report._nights import night_html, nights_html, nights_of
@@ -107,7 +108,11 @@ def _trial_sections(
     timings_dir: Path | None,
 ) -> list[Section]:
     working_set = _int_or_none((workload or {}).get("working_set_tokens"))
+    capacity = (
+        capacity_study_section(facts.rows, facts.param_formats) if facts.objective == "capacity" else None
+    )
     return [
+        *([capacity] if capacity is not None else []),
         Section("summary", "Summary", summary_html(study, facts, workload, fingerprints)),
         Section("trials", "Trials", _trial_table(facts)),
         Section(

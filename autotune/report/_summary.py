@@ -12,7 +12,7 @@ from autotune.errors import ExportError
 from autotune.report._data import StudyFacts
 from autotune.report._html import Cell, esc, table_html
 from autotune.report._plots import params_text
-from autotune.study import baseline_saturation, saturation_summary
+from autotune.study import baseline_saturation, saturation_summary, unit
 
 __all__ = ["facts_table", "summary_html"]
 
@@ -30,7 +30,7 @@ _COMPARED = (
 
 
 def _unit(metric: str) -> str:
-    return " tok/s" if metric.endswith("throughput") else (" req/s" if metric == "goodput" else " ms")
+    return " " + unit(metric)
 
 
 def _fmt(metric: str, value: float | None) -> str:
@@ -211,10 +211,25 @@ def _confirmation(facts: StudyFacts) -> str:
             "<p class='note'>The best was not re-measured against the baseline (run with --confirm-rounds N): "
             "its gain is one measurement, without a noise band.</p>"
         )
-    verdict = "confirmed" if c.get("confirmed") else "not confirmed: the baseline is what run exported"
-    css = "ok" if c.get("confirmed") else "failed"
-    out += f"<p class='{css}'><b>{esc(verdict)}</b>: {esc(c.get('why', ''))}</p>"
+    verdict = (
+        "confirmed"
+        if c.get("confirmed")
+        else "inconclusive: the baseline is what run exported"
+        if c.get("inconclusive")
+        else "not confirmed: the baseline is what run exported"
+    )
     comp = c.get("comparison") or {}
+    # the doubts the console and the export carry: runs behind their schedule, runs that disagree
+    doubts = list(comp.get("disagreeing") or [])
+    if c.get("late_runs"):
+        doubts.insert(
+            0,
+            f"{c['late_runs']} of {c.get('runs', '?')} confirmation runs fell behind their schedule, so their "
+            "figures are unreliable",
+        )
+    css = "ok" if c.get("confirmed") and not doubts else "infeasible" if c.get("confirmed") else "failed"
+    out += f"<p class='{css}'><b>{esc(verdict)}</b>: {esc(c.get('why', ''))}</p>"
+    out += "".join(f"<p class='infeasible'>doubt: {esc(d)}</p>" for d in doubts)
     a, b = comp.get("a") or {}, comp.get("b") or {}
     figures = [m for m in (facts.objective, *_COMPARED) if m in (a.get("median") or {})]
     figures = list(dict.fromkeys(figures))

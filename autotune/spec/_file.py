@@ -225,9 +225,18 @@ def study_record(spec: StudySpec) -> dict[str, Any]:
     return {k: v for k, v in data.items() if not field_meta(k).get("cli_only")}
 
 
+def _in_fingerprint(name: str, data: Mapping[str, object]) -> bool:
+    """A fingerprint field; one that matters only with another key's value (``fingerprint_when``:
+    the capacity options, with ``objective: capacity``) only then, so studies made before it was
+    added keep their hash."""
+    meta = field_meta(name)
+    when = meta.get("fingerprint_when")
+    return bool(meta.get("fingerprint")) and (when is None or data.get(when[0]) == when[1])
+
+
 def spec_fingerprint(spec: StudySpec, contents: Mapping[str, str]) -> str:
     """A hash of what the study measures and how it judges it: the fingerprint fields, with the
     files' contents (``contents``: field -> hash of the workload, model, space) in place of their paths."""
     data = spec.model_dump(mode="json")
-    chosen = {k: contents.get(k, data[k]) for k in data if field_meta(k).get("fingerprint")}
+    chosen = {k: contents.get(k, data[k]) for k in data if _in_fingerprint(k, data)}
     return hashlib.sha256(json.dumps(chosen, sort_keys=True).encode()).hexdigest()[:16]

@@ -42,6 +42,7 @@ def _opt(
     minimum: float | None = None,
     defaults: dict[str, Any] | None = None,
     per_run: bool | None = None,
+    fingerprint_when: tuple[str, str] | None = None,
 ) -> Any:
     extra: dict[str, Any] = {"commands": list(commands), "cli_only": cli_only, "fingerprint": fingerprint}
     # per_run: how much or where this invocation runs, not what the study is (a worker does not inherit it)
@@ -54,6 +55,8 @@ def _opt(
         extra["minimum"] = minimum
     if defaults:
         extra["defaults"] = defaults
+    if fingerprint_when:
+        extra["fingerprint_when"] = list(fingerprint_when)
     return Field(default, description=help, json_schema_extra=extra)
 
 
@@ -163,13 +166,23 @@ class StudySpec(BaseModel):
     # --- how a trial is judged -------------------------------------------------------------------
     objective: str = _opt(
         "ttft_p90", "Metric to optimise: ttft|tpot|itl|e2el with _p50/_p75/_p90/_p95/_p99/_mean (minimised), "
-        "or output_throughput, request_throughput, goodput (maximised).", commands=_STUDY, fingerprint=True,
+        "or output_throughput, request_throughput, goodput (maximised), or capacity: the most load (req/s) "
+        "at which every --slo holds, bracketed per engine start.", commands=_STUDY, fingerprint=True,
     )  # fmt: skip
     slo: tuple[str, ...] = _opt(
         (),
         "Constraint METRIC=LIMIT, e.g. ttft_p90=800ms (repeatable). Defines goodput too.",
         fingerprint=True,
     )
+    capacity_tolerance: float = _opt(
+        0.10, "--objective capacity: bisect until the bracket [held, broke] is within this share of the load "
+        "that held.", commands=_STUDY, fingerprint=True, fingerprint_when=("objective", "capacity"),
+    )  # fmt: skip
+    capacity_levels: int = _opt(
+        6, "--objective capacity: at most this many load levels per engine start (each replays the workload "
+        "once, its prefix cache emptied first).", commands=_STUDY, fingerprint=True, minimum=2,
+        fingerprint_when=("objective", "capacity"),
+    )  # fmt: skip
     min_throughput_ratio: float = _opt(
         0.95,
         "A trial must reach this share of the baseline's output tokens/s.",

@@ -6,6 +6,7 @@ from __future__ import annotations
 from autotune.study._baseline import (
     REFERENCE_ATTR,
     baseline_trial,
+    baseline_what,
     ensure_baseline,
     load_or_create,
     render_reference,
@@ -66,6 +67,7 @@ __all__ = [
     "TrialStatus",
     "baseline_saturation",
     "baseline_trial",
+    "baseline_what",
     "best_feasible",
     "choose_export",
     "completed_trials",

@@ -24,6 +24,7 @@ __all__ = [
     "REFERENCE_ATTR",
     "baseline_throughput",
     "baseline_trial",
+    "baseline_what",
     "ensure_baseline",
     "load_or_create",
     "render_reference",
@@ -39,6 +40,16 @@ def baseline_trial(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
         if rec.baseline and rec.ok:
             return t
     return None
+
+
+def baseline_what(study: optuna.Study, reference: str | None = None) -> str:
+    """What the baseline ran: ``reference X`` (the defaults do not fit), ``vLLM defaults with FLAGS``
+    (the study's ``--baseline-arg`` values, e.g. the pool you run today) or ``vLLM defaults``."""
+    if reference:
+        return f"reference {reference}"
+    spec = study.user_attrs.get("study_spec") or {}
+    args = [str(a) for a in spec.get("baseline_args") or ()]
+    return "vLLM defaults with " + " ".join(args) if args else "vLLM defaults"
 
 
 def baseline_throughput(study: optuna.Study) -> float | None:

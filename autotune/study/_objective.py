@@ -15,7 +15,7 @@ from autotune.errors import ConfigError
 
 __all__ = ["Objective", "parse_slo"]
 
-_MAXIMIZE = {"output_throughput", "request_throughput", "goodput"}
+_MAXIMIZE = {"output_throughput", "request_throughput", "goodput", "capacity"}
 _METRIC_RE = re.compile(r"^(ttft|tpot|itl|e2el)_(p50|p75|p90|p95|p99|mean)$")
 
 
@@ -24,7 +24,7 @@ def _check_metric(name: str, where: str) -> str:
         return name
     raise ConfigError(
         f"{where}: unknown metric {name!r} (fix: use ttft|tpot|itl|e2el with _p50/_p75/_p90/_p95/_p99/_mean, "
-        "or output_throughput, request_throughput, goodput)"
+        "or output_throughput, request_throughput, goodput, capacity)"
     )
 
 
@@ -58,6 +58,16 @@ class Objective:
                 "--objective goodput needs a per-request --slo on ttft, tpot or e2el "
                 "(fix: add e.g. --slo ttft_p90=800ms; itl SLOs do not define goodput)"
             )
+        if self.metric == "capacity" and not self.slos_ms:
+            raise ConfigError(
+                "--objective capacity needs at least one --slo: capacity is the most load at which every "
+                "SLO holds (fix: add e.g. --slo ttft_p90=800ms; several are allowed)"
+            )
+
+    @property
+    def is_capacity(self) -> bool:
+        """Capacity at the SLOs: the figure is the highest load that held, measured in levels."""
+        return self.metric == "capacity"
 
     @property
     def direction(self) -> Literal["minimize", "maximize"]:
@@ -99,7 +109,9 @@ class Objective:
             return [1.0] * n
         out: list[float] = []
         tput = float(figures["output_throughput"])
-        if baseline_throughput and baseline_throughput > 0:
+        if self.is_capacity:  # the load is the figure itself: its throughput is not held to the baseline's
+            out.append(0.0)
+        elif baseline_throughput and baseline_throughput > 0:
             out.append((self.min_throughput_ratio * baseline_throughput - tput) / baseline_throughput)
         else:
             out.append(0.0)

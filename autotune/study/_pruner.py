@@ -45,6 +45,8 @@ class IncumbentPruner(optuna.pruners.BasePruner):
         return self.reason(study, trial) is not None
 
     def reason(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> str | None:
+        if self.metric == "capacity":
+            return self._capacity_reason(study, trial)
         step = trial.last_step
         if step is None or step < self.min_step or trial.user_attrs.get(BASELINE_ATTR):
             return None
@@ -63,6 +65,23 @@ class IncumbentPruner(optuna.pruners.BasePruner):
         return (
             f"{self.metric} {value:.4g} at {self._where(step)} (median of its passes so far) is {value / ref:.2f}x "
             f"trial {incumbent.number}'s worst pass at the same point ({ref:.4g}), beyond the {margin:.0%} noise margin"
+        )
+
+    def _capacity_reason(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> str | None:
+        """A capacity trial reports the upper end of its bracket (the lowest load that broke) after
+        each level: once that is below the best trial's capacity beyond the noise floor, no later
+        level can make it the best."""
+        if trial.user_attrs.get(BASELINE_ATTR) or not trial.intermediate_values:
+            return None
+        incumbent = self._incumbent(study)
+        if incumbent is None or incumbent.value is None or incumbent.value <= 0:
+            return None
+        upper = min(v for v in trial.intermediate_values.values() if not math.isnan(v))
+        if upper * (1 + self.floor) >= incumbent.value:
+            return None
+        return (
+            f"capacity below {upper:.3g} req/s (a level there broke its SLO) is {upper / incumbent.value:.2f}x "
+            f"trial {incumbent.number}'s {incumbent.value:.3g} req/s, beyond the {self.floor:.0%} noise margin"
         )
 
     def _same_point(self, step: int) -> int:

@@ -9,7 +9,7 @@ def unit(metric: str) -> str:
     """The unit a figure is in: ms for latencies, tok/s or req/s for rates."""
     if metric.endswith("throughput"):
         return "tok/s"
-    return "req/s" if metric == "goodput" else "ms"
+    return "req/s" if metric in ("goodput", "capacity") else "ms"
 
 
 def figure_text(value: float | None, metric: str) -> str:

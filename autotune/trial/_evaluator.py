@@ -33,6 +33,7 @@ from autotune.bench import (
     summarize,
     warm_up,
 )
+from autotune.bench._capacity import CapacityPlan, base_request_rate
 from autotune.bench._replay import History
 from autotune.engine import (
     VLLM,
@@ -46,6 +47,7 @@ from autotune.errors import EngineCrashed, EngineStartError
 from autotune.memory import MemorySampler
 from autotune.space import RenderedConfig
 from autotune.study import Figures, Metrics, TrialListener, TrialRecord, TrialStatus
+from autotune.trial._capacity import LevelContext, run_levels
 from autotune.trial._launch_checks import reject_before_launch
 from autotune.trial._measured import Measured as _Measured
 from autotune.trial._measured import config_key as _key
@@ -85,6 +87,7 @@ class VllmEvaluator:
     passes: PassPlan = field(default_factory=lambda: PassPlan(count=1))  # replays per started engine
     objective_metric: str = "ttft_p90"  # what a pass reports to the pruner and the record keeps per pass
     checkpoints: int = 4  # checkpoints per pass (each quarter of its requests)
+    capacity: CapacityPlan | None = None  # objective capacity: levels of load instead of passes
     _early: PrestartSlot = field(default_factory=PrestartSlot, init=False, repr=False)
 
     def __call__(
@@ -210,7 +213,7 @@ class VllmEvaluator:
         """The record of a trial whose engine ran: its figures, metrics and phases; pruned, failed
         (nothing served) or ok."""
         figures, metrics = measured.figures, measured.metrics
-        figs = Figures(figures.as_dict())
+        figs = Figures({**figures.as_dict(), **measured.extra_figures})
         record = record.with_(
             figures=figs,
             metrics=Metrics(
@@ -267,6 +270,8 @@ class VllmEvaluator:
                 if refused is not None:  # harmless: the warm-up shares no prompt block with the workload
                     log.info("after the warm-up: %s", refused)
             t1 = time.monotonic()
+            if self.capacity is not None:
+                return await self._measure_capacity(client, proc, target, listener, t0, t1)
             log_mark = len(proc.log_text())  # the connector's lines of the measured passes follow
             first = await scrape_metrics(client, proc.base_url, names, path)
             before, planned, k = first, 1, 0
@@ -323,6 +328,55 @@ class VllmEvaluator:
             notes=tuple(notes),
             pruned=passes[-1].pruned if passes else None,
             connector=connector,
+        )
+
+    async def _measure_capacity(
+        self,
+        client: httpx.AsyncClient,
+        proc: Served,
+        target: ReplayTarget,
+        listener: TrialListener | None,
+        t0: float,
+        t1: float,
+    ) -> _Measured:
+        """Levels of load on this engine instead of passes: the bracket of its capacity."""
+        assert self.capacity is not None
+        names, path = self.engine.endpoints.metric_names, self.engine.endpoints.metrics
+        ctx = LevelContext(
+            client=client,
+            target=target,
+            base_url=proc.base_url,
+            api_key=self.spec.api_key,
+            workload=self.workload,
+            arrival=self.arrival,
+            history=self.history,
+            request_slos=self.slos_ms,
+            metric_names=names,
+            metrics_path=path,
+            host_sources=self.host_sources,
+        )
+        first = await scrape_metrics(client, proc.base_url, names, path)
+        run = await run_levels(ctx, self.capacity, base_request_rate(self.workload, self.arrival), listener)
+        last = await scrape_metrics(client, proc.base_url, names, path)
+        t2 = time.monotonic()
+        figures = run.figures
+        if figures is None:  # no level ran (pruned before the first): nothing measured
+            figures = summarize([], 1.0, slos_ms=self.slos_ms or None)
+        notes = list(run.notes)
+        fallback = kernel_fallback_note(proc.log_text())
+        if fallback is not None:
+            notes.append(fallback)
+        if figures.saturated and figures.saturation_note and run.result.held is None:
+            notes.append(figures.saturation_note)
+        return _Measured(
+            figures=figures,
+            metrics=MetricsDelta.between(first, last, self.host_sources, names) if first and last else None,
+            phase={"warmup": t1 - t0, "measure": t2 - t1},
+            timings=tuple(run.timings),
+            summaries=(),  # the levels are in the figures (capacity_levels)
+            notes=tuple(notes),
+            pruned=run.pruned,
+            extra_figures=run.result.figures(),
         )
 
     def _figures(self, got: list[RequestTiming], result: ReplayResult | None) -> TrialFigures:

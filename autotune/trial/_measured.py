@@ -3,7 +3,8 @@ served nothing."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from autotune.bench import MetricsDelta, RequestTiming, TrialFigures
@@ -26,6 +27,7 @@ class Measured:
     notes: tuple[str, ...]
     pruned: str | None
     connector: ConnectorHits | None = None  # what the KV connector's own log says it served
+    extra_figures: Mapping[str, Any] = field(default_factory=dict)  # a capacity trial's bracket and levels
 
 
 def config_key(rendered: RenderedConfig) -> tuple[object, ...]:

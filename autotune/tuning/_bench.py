@@ -16,7 +16,7 @@ from autotune.engine import VLLM, Engine, LaunchSpec
 from autotune.spec import StudySpec
 from autotune.study import Objective, TrialRecord, parse_slo
 from autotune.trial import PassPlan, VllmEvaluator, parse_passes
-from autotune.tuning._setup import _api_key, _load, arrival_spec
+from autotune.tuning._setup import _api_key, _capacity_plan, _load, arrival_spec
 from autotune.workload import Workload
 
 __all__ = ["BENCH_KIND", "BenchResult", "bench_server"]
@@ -55,12 +55,14 @@ class BenchResult:
 
 
 def bench_server(choices: StudySpec, url: str, *, engine: Engine = VLLM) -> BenchResult:
-    """Check the server at ``url`` (reachable, takes the key, serves the model), then measure it.
+    """Check the server at ``url`` (reachable, takes the key, serves the model), then measure it (with
+    ``choices.objective == "capacity"``: bracket its capacity at the SLOs, never restarting it).
     Raises :class:`~autotune.errors.ServerRefused` (exit 2) before any request is replayed."""
     workload = _load(choices)
     arrival = arrival_spec(choices, workload)
     passes = parse_passes(choices.passes)
-    objective = Objective(metric="ttft_p90", slos_ms=dict(parse_slo(s) for s in choices.slo))
+    objective = Objective(metric=choices.objective, slos_ms=dict(parse_slo(s) for s in choices.slo))
+    capacity = _capacity_plan(choices, objective, workload, arrival)  # refused here, before any request
     key = _api_key(choices.api_key_env)
     root = server_root(url)
     server = asyncio.run(_probe(root, choices.model, key, choices.api_key_env, engine.endpoints.models))
@@ -75,6 +77,7 @@ def bench_server(choices: StudySpec, url: str, *, engine: Engine = VLLM) -> Benc
         engine=engine,
         engine_label=f"{engine.name} {server.version} at {root}" if server.version else f"server at {root}",
         passes=passes,
+        capacity=capacity,
     )
     record = evaluator.measure_running(root, server.model)
     return BenchResult(

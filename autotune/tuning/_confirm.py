@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ import optuna
 
 from autotune.space import RenderedConfig
 from autotune.study import COST_FIGURES, Objective, TrialRecord, baseline_trial, best_feasible, read_record
-from autotune.trial import VllmEvaluator, compare_configs, significant_gain
+from autotune.trial import ArmSummary, Comparison, VllmEvaluator, compare_configs, significant_gain
 
 __all__ = ["confirm_best"]
 
@@ -22,6 +23,44 @@ log = logging.getLogger(__name__)
 
 def _config(rec: TrialRecord) -> RenderedConfig:
     return RenderedConfig(args=rec.rendered_args, env=rec.rendered_env)
+
+
+def _above_the_base_bracket(result: Any, why: str) -> tuple[bool, str]:
+    """Capacity is measured in levels, so two runs of one configuration often read the same level and
+    'ranges apart' says little: the best must hold, in every run, a load at which the baseline broke
+    in every run (its lowest capacity at least the baseline's highest bracket top)."""
+    held = [float(r.figures.get("capacity") or 0.0) for r in result.b.runs if r.ok and r.figures]
+    tops = [r.figures.get("capacity_hi") for r in result.a.runs if r.ok and r.figures]
+    if not held or not tops:
+        return False, why + "; no bracket measured for both"
+    top = math.inf if any(t is None for t in tops) else max(float(t) for t in tops)
+    if min(held) >= top:
+        return True, why + f", every run held a load at which the baseline broke ({top:.3g} req/s)"
+    return False, why + (
+        f"; but a run of it held only {min(held):.3g} req/s, not above the baseline's bracket "
+        f"({'no baseline run broke' if math.isinf(top) else f'its runs broke at up to {top:.3g} req/s'}): "
+        "the two lie within the bracket's resolution"
+    )
+
+
+def _on_schedule(result: Comparison) -> Comparison:
+    """The comparison of the runs that kept to their schedule (a late run's figures left out)."""
+
+    def arm(a: ArmSummary) -> ArmSummary:
+        keep = [
+            i
+            for i, r in enumerate(a.runs)
+            if not (r.ok and r.figures and r.figures.raw.get("behind_schedule"))
+        ]
+        ok_runs = [r for r in a.runs if r.ok]  # figures hold one value per measured run, in order
+        index = {id(r): k for k, r in enumerate(ok_runs)}
+        kept_ok = [index[id(a.runs[i])] for i in keep if id(a.runs[i]) in index]
+        figures = {
+            name: [values[k] for k in kept_ok if k < len(values)] for name, values in a.figures.items()
+        }
+        return dataclasses.replace(a, runs=tuple(a.runs[i] for i in keep), figures=figures)
+
+    return Comparison(a=arm(result.a), b=arm(result.b))
 
 
 def confirm_best(
@@ -53,7 +92,44 @@ def confirm_best(
     ok, why = significant_gain(
         result, objective.metric, maximize=objective.direction == "maximize", min_improvement=min_improvement
     )
-    record = {"trial": best.number, "confirmed": ok, "why": why, "comparison": result.as_dict()}
+    if ok and objective.is_capacity:
+        ok, why = _above_the_base_bracket(result, why)
+    late = [
+        r
+        for arm in (result.a, result.b)
+        for r in arm.runs
+        if r.ok and r.figures and r.figures.raw.get("behind_schedule")
+    ]
+    inconclusive = False
+    # a capacity run's figure counts only levels whose load was delivered (bench.level_verdict)
+    if late and ok and not objective.is_capacity:
+        # a gain read off runs whose load was not the planned one is not evidence: the verdict must
+        # stand on the runs that kept to their schedule alone
+        kept = _on_schedule(result)
+        still, _ = (
+            significant_gain(kept, objective.metric, maximize=objective.direction == "maximize",
+                             min_improvement=min_improvement)
+            if kept.a.runs and kept.b.runs
+            else (False, "")
+        )  # fmt: skip
+        if not still:
+            ok, inconclusive = False, True
+            why += (
+                f"; inconclusive: {len(late)} of {len(result.a.runs) + len(result.b.runs)} runs fell behind "
+                "their schedule, so their figures are unreliable, and the runs on schedule alone do not show "
+                "the gain (fix: a lower --speed or --rate, a quieter host, or more --confirm-rounds)"
+            )
+        else:
+            why += f"; {len(late)} run(s) behind their schedule left out, the gain holds on the others"
+    record = {
+        "trial": best.number,
+        "confirmed": ok,
+        "inconclusive": inconclusive,
+        "late_runs": len(late),  # runs whose replay fell behind its schedule (their figures unreliable)
+        "runs": len(result.a.runs) + len(result.b.runs),
+        "why": why,
+        "comparison": result.as_dict(),
+    }
     study.set_user_attr(f"confirmation_{best.number}", record)
     log.info("confirmation of trial %d against the baseline: %s", best.number, why)
     return (best if ok else base), record

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from autotune.bench import ArrivalSpec
+from autotune.bench._capacity import CapacityPlan, arrival_span, base_request_rate
 from autotune.engine import VLLM, ArgChecker, Engine, EngineProfile, LaunchSpec
 from autotune.errors import ConfigError
 from autotune.memory import read_machine_facts
@@ -55,6 +56,9 @@ __all__ = ["TuningSetup", "arrival_spec", "build_setup"]
 
 log = logging.getLogger(__name__)
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+# --objective capacity replays the workload once per load level: without --max-duration, a slice of
+# this much arrival time (at the recorded pace) keeps a level to tens of seconds
+CAPACITY_DEFAULT_SPAN = "60s"
 
 
 def arrival_spec(spec: StudySpec, wl: Workload) -> ArrivalSpec:
@@ -121,6 +125,7 @@ class TuningSetup:
     pass_plan: PassPlan = field(default_factory=PassPlan)
     clipped: tuple[str, ...] = ()  # what the memory check took out of the space, one line each
     prior: Prior | None = None  # built by with_prior(), once; None: not built, or --no-prior
+    capacity: CapacityPlan | None = None  # --objective capacity: how each trial brackets its capacity
     _checkers: _CheckerCache = field(default_factory=_CheckerCache, repr=False, compare=False)
 
     @property
@@ -176,6 +181,7 @@ class TuningSetup:
             engine_label=self.engine_label,
             passes=self.pass_plan,
             objective_metric=self.objective.metric,
+            capacity=self.capacity,
         )
 
     def with_prior(self) -> TuningSetup:
@@ -263,16 +269,40 @@ def check_study_name(name: str) -> str:
     return name
 
 
+def _span(choices: StudySpec) -> str | None:
+    """The arrival span the workload is sampled down to: ``--max-duration``, or a capacity study's default."""
+    if choices.max_duration:
+        return choices.max_duration
+    return CAPACITY_DEFAULT_SPAN if choices.objective == "capacity" else None
+
+
+def _capacity_plan(
+    choices: StudySpec, objective: Objective, wl: Workload, arrival: ArrivalSpec
+) -> CapacityPlan | None:
+    """How each trial brackets its capacity (``--objective capacity``); the workload checked for it."""
+    if not objective.is_capacity:
+        return None
+    plan = CapacityPlan(
+        slos_ms=objective.slos_ms,
+        tolerance=choices.capacity_tolerance,
+        max_levels=choices.capacity_levels,
+        max_failed=objective.max_failed_requests,
+    )
+    base_request_rate(wl, arrival)  # a closed loop or a workload too short to bracket: refused now
+    return plan.with_workload_span(arrival_span(wl, arrival))
+
+
 def _load(choices: StudySpec) -> Workload:
     if choices.workload is None:
         raise ConfigError(
             "--workload is required (fix: pass --workload FILE, or set `workload:` in the study file)"
         )
+    span = _span(choices)
     wl = load_traffic(  # a file, or a folder of traffic files windowed and sampled down
         choices.workload,
         window_s=parse_duration(choices.window) if choices.window else None,
         max_requests=choices.max_requests,
-        max_duration_s=parse_duration(choices.max_duration) if choices.max_duration else None,
+        max_duration_s=parse_duration(span) if span else None,
         seed=choices.seed,
         skip_bad_lines=choices.skip_bad_lines,
     )
@@ -309,6 +339,7 @@ def _build(choices: StudySpec, engine: Engine) -> TuningSetup:
     wl = check_request_sizes(wl, choices.model, fixed + baseline_flags, skip_bad_lines=choices.skip_bad_lines)
     arrival = arrival_spec(choices, wl)
     pass_plan = parse_passes(choices.passes)
+    capacity = _capacity_plan(choices, objective, wl, arrival)
     launch = LaunchSpec(
         model=choices.model,
         launcher=tuple(choices.launcher.split()) if choices.launcher else engine.install.default_launcher(),
@@ -317,7 +348,8 @@ def _build(choices: StudySpec, engine: Engine) -> TuningSetup:
         api_key_env=choices.api_key_env,  # the key's source variable: never passed to the engine
         pass_env=tuple(choices.engine_pass_env),
         startup_timeout_s=choices.startup_timeout,
-        env=dict(DEV_MODE_ENV) if pass_plan.repeated else {},  # the cache reset between passes
+        # the cache reset between passes, and before every level of a capacity bracket
+        env=dict(DEV_MODE_ENV) if pass_plan.repeated or capacity is not None else {},
         cache_dir=Path(choices.compile_cache).expanduser().resolve() if choices.compile_cache else None,
     )
     platform: Literal["cuda", "cpu"] = "cpu" if space.platform == "cpu" else "cuda"
@@ -351,6 +383,7 @@ def _build(choices: StudySpec, engine: Engine) -> TuningSetup:
         guard=guard,
         pass_plan=pass_plan,
         clipped=clipped,
+        capacity=capacity,
     )
 
 

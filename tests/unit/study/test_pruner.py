@@ -100,3 +100,28 @@ def test_the_median_of_the_passes_is_held_against_the_incumbents_worst_pass() ->
     assert not pruner.prune(study, _running(study, {4: 290.0, 8: 300.0, 12: 500.0}))
     # consistently slow passes are pruned
     assert pruner.prune(study, _running(study, {4: 700.0, 8: 720.0}))
+
+
+def _capacity_best(study: optuna.Study, capacity: float) -> None:
+    t = study.ask()
+    rec = TrialRecord(
+        status=TrialStatus.OK,
+        figures=Figures({"capacity": capacity, "completed": 10}),
+        constraints=(-1.0,),
+    )
+    write_record(t, rec)
+    study.tell(t, capacity)
+
+
+def test_a_capacity_trial_whose_bracket_tops_out_below_the_best_capacity_is_pruned() -> None:
+    """A capacity trial reports the upper end of its bracket (the lowest load that broke) after each
+    level; once that is below the best capacity beyond the noise floor no later level can win."""
+    study = optuna.create_study(direction="maximize")
+    _capacity_best(study, 20.0)
+    pruner = IncumbentPruner(metric="capacity")
+    assert pruner.reason(study, _running(study, {})) is None  # no level broke yet: open above
+    assert pruner.reason(study, _running(study, {2: 17.0})) is None  # within the 25% floor of 20
+    frozen = _running(study, {3: 30.0, 4: 12.0})  # the lowest level that broke: 12 req/s
+    why = pruner.reason(study, frozen)
+    assert why is not None and "12 req/s" in why and "0.60x trial 0's 20 req/s" in why
+    assert pruner.reason(study, _running(study, {1: 12.0}, baseline=True)) is None  # never the baseline

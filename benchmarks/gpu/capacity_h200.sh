@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Issue 45's H200 script, run under issue 47 (item 2): capacity at an SLO on the lent H200, vLLM 0.26.0
+# GPU build from ../shared/gpu, the 8B-shaped dummy Llama at /root/m8b, the long shared-document
+# workload (rag_long.jsonl: a 78k-token working set) with the memory share fixed at 0.15 (about 50k KV
+# tokens, fewer than the working set), SLO p90 TTFT <= 400 ms, the host pool in the space
+# (space_h200_long.yaml: max_num_batched_tokens x cpu_swap_space_gb). Target: the tuned capacity at
+# least 1.5x the defaults', brackets apart (A B A B).
+#
+# On this machine first: ../shared/gpu/prepare.sh && bash benchmarks/gpu/prepare_pins.sh
+# Then, calls back to back (the machine goes back about 30 s after one):
+#   call 1 (.gpu/c1 .gpu/p .gpu/s): bash .gpu/s/install.sh c1 && python3 .gpu/s/untar.py .gpu/p/p.tar.xz /root/site && bash benchmarks/gpu/capacity_h200.sh dry
+#   call 2 (.gpu/c2 .gpu/s):        bash .gpu/s/install.sh c2 && T=400 bash benchmarks/gpu/capacity_h200.sh study
+#   call 3:                         bash benchmarks/gpu/capacity_h200.sh more     (2 more trials)
+#   call 4:                         bash benchmarks/gpu/capacity_h200.sh ab       (A B A B, export)
+#   call 5 (not ready yet):         bash benchmarks/gpu/capacity_h200.sh grid     (vLLM auto_tune.sh's method)
+#
+# dry:   the commands of the baseline and 3 samples, each checked by vLLM's parser; the prior's lines.
+# study: the baseline (the defaults at share 0.15) and the prior's candidate, each bracketed on one start.
+# more:  the same study resumed, 2 more trials (the pruner stops those that cannot beat the best).
+# ab:    the same study, no new trial: the best against the baseline A B A B (each run a full bracket),
+#        then the export with its capacity line under $OUT.
+# grid:  benchmarks/capacity_vs_grid.py's grid method on the same model, workload and SLO (engine
+#        starts, wall, best capacity), beside the study's.
+# The study lives in /root/cap between calls; each call's files come back under $OUT. T=S: the step's
+# time limit (default 560 s).
+set -uo pipefail
+STEP=${1:?usage: capacity_h200.sh dry|study|more|ab|grid}
+source .gpu/s/env.sh
+export PYTHONPATH=$PWD:${PYTHONPATH:-} PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/out}
+R=/root/cap
+mkdir -p "$OUT" "$R"
+L="python3 -m vllm.entrypoints.cli.main serve"
+ARGS=(--workload benchmarks/gpu/rag_long.jsonl --model /root/m8b --space benchmarks/gpu/space_h200_long.yaml
+      --launcher "$L" --engine-arg=--load-format=dummy --engine-arg=--max-model-len=8192
+      --engine-arg=--gpu-memory-utilization=0.15 --objective capacity --slo ttft_p90=400ms
+      --study cap --studies-dir "$R")
+snap() { nvidia-smi --query-gpu=index,name,memory.used,memory.total --format=csv,noheader; }
+left_over() {
+  echo "GPU after: $(snap)"
+  echo "vllm processes left: $(pgrep -fc 'vllm.entrypoints' || true)"
+}
+run() {  # the tool, timed; what it printed under $OUT
+  local name=$1; shift
+  snap > "$OUT/gpu-$name.txt"
+  t0=$(date +%s)
+  { time timeout -s INT "${T:-560}" python3 -m autotune run "${ARGS[@]}" "$@" ; } \
+    > "$OUT/$name.stdout" 2> "$OUT/$name.stderr"
+  echo "$name: exit $? after $(( $(date +%s) - t0 )) s" | tee -a "$OUT/gpu-$name.txt"
+  left_over | tee -a "$OUT/gpu-$name.txt"
+  python3 -m autotune show --study cap --studies-dir "$R" > "$OUT/show-$name.txt" 2>&1
+  tail -30 "$OUT/$name.stderr"
+}
+case "$STEP" in
+  dry)   run dry --dry-run --dry-run-samples 3 ;;
+  study) run study --n-trials 2 --confirm-rounds 0 --out "$R/export-study.yaml" ;;
+  more)  run more --n-trials 2 --confirm-rounds 0 --out "$R/export-more.yaml" ;;
+  ab)    run ab --n-trials 0 --confirm-rounds 2 --out "$OUT/best.yaml"
+         python3 -m autotune report --study cap --studies-dir "$R" -o "$OUT/report.html" > /dev/null 2>&1
+         tar -czf "$OUT/cap.tar.gz" -C /root cap --exclude='*/cache' 2>/dev/null ;;
+  grid)  # not ready: benchmarks/capacity_vs_grid.py generates the CPU build's tiny model and takes
+         # examples/ workloads only; it needs --model, --engine-arg and a workload path for this step
+         echo "grid: not ready (capacity_vs_grid.py takes no --model/--engine-arg yet)"; exit 2 ;;
+  *) echo "usage: capacity_h200.sh dry|study|more|ab|grid"; exit 2 ;;
+esac
