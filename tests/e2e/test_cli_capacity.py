@@ -1,9 +1,11 @@
 """Capacity at an SLO through the CLI on the fake server (issue 45): the fake serves one request at a
 time (FAKE_SERIAL=1), so its capacity is one over its service time, and a starved KV pool (below 16M)
-makes that three times longer. A study of ``--objective capacity`` must find the larger pool's
-higher capacity, bracket each trial's, confirm the gain A B A B, and write the capacity line in the
-export's header; ``bench --capacity`` brackets a running fake without restarting it. Bad input is one
-line and exit 2 before any engine starts. Nothing here is a measurement of vLLM."""
+makes that three times longer. A night of ``--objective capacity`` must bracket each trial, find the
+larger pool's higher capacity, confirm it against the deployed baseline and promote it with the
+capacity line in the header and the curves in the night's report (the study, its A B A B and its
+export on real vLLM: tests/integration/test_capacity_study_vllm.py); ``bench --capacity`` brackets a
+running fake without restarting it. Bad input is one line and exit 2 before any engine starts.
+Nothing here is a measurement of vLLM."""
 
 from __future__ import annotations
 
@@ -59,42 +61,6 @@ def _run(tmp_path: Path, mark: str, *extra: str) -> subprocess.CompletedProcess[
         "--baseline-arg=--kv-cache-memory-bytes=8M", "--study", "cap", "--out", str(tmp_path / "best.yaml"),
         *extra,
     )  # fmt: skip
-
-
-def test_a_capacity_study_brackets_each_trial_confirms_the_larger_pool_and_exports_its_capacity(
-    tmp_path: Path, mark: str
-) -> None:
-    res = _run(
-        tmp_path, mark, "--objective", "capacity", "--slo", "ttft_p90=250ms", "--n-trials", "2",
-        "--confirm-rounds", "1", "--min-improvement", "0.2", "--capacity-levels", "4", "--capacity-tolerance", "0.3",
-    )  # fmt: skip
-    assert res.returncode == 0, res.stderr[-3000:]
-    trial_lines = [ln for ln in res.stderr.splitlines() if ln.lstrip().startswith("trial #")]
-    assert len(trial_lines) == 2 and all("capacity=" in ln and "levels)" in ln for ln in trial_lines), (
-        trial_lines
-    )
-    assert "baseline: vLLM defaults with --kv-cache-memory-bytes=8M" in res.stderr
-    st = optuna.load_study(study_name="cap", storage=f"sqlite:///{tmp_path / 'studies' / 'cap.db'}")
-    base, tuned = (t.user_attrs["figures"] for t in st.get_trials())
-    for f in (base, tuned):
-        levels = f["capacity_levels"]
-        assert 2 <= len(levels) <= 6 and f["capacity"] > 0
-        held = [lv for lv in levels if lv["held"]]
-        assert max(lv["offered_rps"] for lv in held) == pytest.approx(f["capacity"], rel=1e-3)
-        if f["capacity_hi"] is not None:  # every level above the capacity that was measured broke
-            assert all(not lv["held"] for lv in levels if lv["offered_rps"] >= f["capacity_hi"])
-    # 5 req/s offered at 1x over 5.8 s: the starved pool holds about 1.25x, the other at least 2.9x (no
-    # level may send the 30 requests in under 2 s)
-    assert tuned["capacity"] > 1.5 * base["capacity"], (base["capacity"], tuned["capacity"])
-    assert "confirmed" in res.stderr and "inconclusive" not in res.stderr
-    header = (tmp_path / "best.yaml").read_text()
-    line = next(ln for ln in header.splitlines() if ln.startswith("# capacity at SLO ttft_p90<=250ms:"))
-    assert "(baseline " in line and "x)" in line, line
-    assert "kv-cache-memory-bytes: 64M" in header
-    rep = _autotune(tmp_path, mark, "report", "--study", "cap", "--studies-dir", str(tmp_path / "studies"))
-    assert rep.returncode == 0, rep.stderr
-    html = (tmp_path / "studies" / "cap" / "report.html").read_text()
-    assert "Capacity against load" in html and "plot-capacity" in html
 
 
 @pytest.mark.parametrize(
@@ -173,3 +139,11 @@ def test_a_capacity_night_promotes_the_pool_that_carries_more(tmp_path: Path, ma
     assert "capacity: promoted trial #1" in res.stdout, res.stdout
     header = (tmp_path / "deployed.yaml").read_text()
     assert "# capacity at SLO ttft_p90<=250ms:" in header and "kv-cache-memory-bytes: 64M" in header
+    assert "baseline (vLLM defaults with --kv-cache-memory-bytes=8M" in header
+    st = optuna.load_study(study_name="capn", storage=f"sqlite:///{tmp_path / 'studies' / 'capn.db'}")
+    for t in st.get_trials():  # each trial a bracket: the highest level that held is its capacity
+        f = t.user_attrs["figures"]
+        held = [lv["offered_rps"] for lv in f["capacity_levels"] if lv["held"]]
+        assert 2 <= len(f["capacity_levels"]) <= 4 and max(held) == pytest.approx(f["capacity"], rel=1e-3)
+    page = (tmp_path / "studies" / "capn" / "night-0001" / "report.html").read_text()
+    assert "Capacity against load" in page and "plot-capacity" in page
