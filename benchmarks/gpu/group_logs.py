@@ -68,7 +68,11 @@ def main(root: Path, out: Path) -> int:
             rel = p.relative_to(root)
             if any("cache" in part for part in rel.parts[:-1]):
                 continue  # the study's vLLM/Inductor/Triton caches
-            if p.is_file() and p.suffix in {".npz", ".db", ".json", ".yaml", ".txt", ".sh"} and p.stat().st_size < 4 << 20:
+            if (
+                p.is_file()
+                and p.suffix in {".npz", ".db", ".json", ".yaml", ".txt", ".sh"}
+                and p.stat().st_size < 4 << 20
+            ):
                 tar.add(p, arcname=f"study/{rel}")
     (out / "kv-lines.txt").write_text("\n".join(kv_lines) + "\n")
     (out / "phases.json").write_text(json.dumps(phases, indent=1))
