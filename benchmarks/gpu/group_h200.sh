@@ -14,12 +14,15 @@
 #
 # On this machine first: ../shared/gpu/prepare.sh && bash benchmarks/gpu/prepare_pins.sh
 # Then, calls back to back (the machine goes back about 30 s after one). c1 + the pins archive + the
-# working tree no longer fit one call's 64 MiB, so issue 47 ran four calls:
+# working tree (11.05 MB on 2026-12-05) no longer fit one call's 64 MiB, and the dry step needs c2
+# (vLLM's parser imports vllm._C_stable_libtorch), so:
 #   call 1 (.gpu/c1 .gpu/s): bash .gpu/s/install.sh c1 && python3 benchmarks/gpu/mk_small_model.py /root/m8b /root/m1p5b
-#   call 2 (.gpu/p .gpu/s):  python3 .gpu/s/untar.py .gpu/p/p.tar.xz /root/site && bash benchmarks/gpu/group_h200.sh dry
-#   call 3 (.gpu/c2 .gpu/s): bash .gpu/s/install.sh c2 && bash benchmarks/gpu/group_h200.sh study
-#   call 4:                  bash benchmarks/gpu/group_h200.sh ab
-# (issue 40's run: call 1 carried .gpu/c1 .gpu/p .gpu/s and ran the untar and dry step after c1.)
+#   call 2 (.gpu/p .gpu/s):  python3 .gpu/s/untar.py .gpu/p/p.tar.xz /root/site
+#   call 3 (.gpu/c2 .gpu/s): bash .gpu/s/install.sh c2 && T=100 bash benchmarks/gpu/group_h200.sh dry; T=470 bash benchmarks/gpu/group_h200.sh study
+#   call 4 (.gpu/s):         T=560 bash benchmarks/gpu/group_h200.sh ab
+# (issue 47's run put c1, the pins and mk_small_model.py in one call with 807 KB of tracked results
+# moved out of the tree for its duration; issue 40's call 1 carried .gpu/c1 .gpu/p .gpu/s.)
+# Issue 47 measured 2 group trials in 301-303 s (the first trial's cold starts 174-187 s, the second's 95-110 s).
 #
 # dry:   every engine's command for the baseline, the prior's split and 3 samples, each checked by
 #        vLLM's own parser, and the prior's reasons (no engine starts).
