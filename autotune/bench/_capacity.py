@@ -177,20 +177,16 @@ class CapacityResult:
     @property
     def held(self) -> Level | None:
         """The highest load that holds (its latest measurement that held stands for it)."""
-        ok = [(lv.multiplier, i) for i, lv in enumerate(self.levels) if lv.held and self._holds(lv)]
-        return self.levels[max(ok)[1]] if ok else None
+        ok = [lv for lv in self.levels if lv.held and self._holds(lv)]
+        return max(ok, key=lambda lv: (lv.multiplier, self.levels.index(lv))) if ok else None
 
     @property
     def broke(self) -> Level | None:
         """The lowest load above the one that holds that does not (its latest measurement that broke)."""
         held = self.held
         floor = held.multiplier if held is not None else -math.inf
-        above = [
-            (lv.multiplier, -i)
-            for i, lv in enumerate(self.levels)
-            if not lv.held and not self._holds(lv) and lv.multiplier > floor
-        ]
-        return self.levels[-min(above)[1]] if above else None
+        above = [lv for lv in self.levels if not lv.held and not self._holds(lv) and lv.multiplier > floor]
+        return min(above, key=lambda lv: (lv.multiplier, -self.levels.index(lv))) if above else None
 
     @property
     def capacity_rps(self) -> float:
