@@ -6,13 +6,7 @@ that load on a started engine, its prefix cache emptied first): **bracket, then 
 start multiplier the load doubles until a level breaks (or halves until one holds, down to
 ``min_multiplier``); then the midpoint of the last level that held and the first that broke is
 measured until the bracket is within ``tolerance`` of its lower end or ``max_levels`` levels ran.
-Then both ends are measured again (at most ``rechecks`` more levels): a load's verdict is the
-majority of its measurements, a tie is measured once more, and where an end changes its verdict the
-bisection goes on. The figure is the highest load that held, with its bracket [held, broke].
-
-Why the re-checks (benchmarks/RESULTS.md, "The bracket's accuracy against a fine sweep"): near the
-knee one level's median TTFT is bimodal on a busy host (2x read 207 ms in a bisection and 35.6 ms at
-2.06x in the sweep after it), so a bracket end measured once moved the capacity by 11-17%.
+The figure is the highest load that held, with its bracket [held, broke].
 
 Peers: vLLM's ``benchmarks/auto_tune/auto_tune.sh`` steps the rate down 1 req/s at a time from
 rate=inf until p99 E2E latency meets a limit; SGLang's ``auto_benchmark`` bisects QPS (5 rounds);
@@ -72,8 +66,6 @@ class CapacityPlan:
     # a level must last: above this multiplier the workload's requests would all arrive within
     # MIN_LEVEL_SPAN_S, a burst, not a sustained rate (set from the workload: with_workload_span)
     max_multiplier: float = math.inf
-    # more levels after the bisection, measuring its two ends again (see the module's docstring)
-    rechecks: int = 4
 
     def with_workload_span(self, span_s: float) -> CapacityPlan:
         """This plan with its ceiling set so that no level's arrivals span less than MIN_LEVEL_SPAN_S."""
@@ -103,8 +95,7 @@ class CapacityPlan:
         return (
             f"capacity at SLO {slos}: one engine start per trial, load doubled from the workload's pace until a "
             f"level breaks, then bisected to within {self.tolerance:.0%} (at most {self.max_levels} levels"
-            f"{ceiling}), its two ends measured again (up to {self.rechecks} more), the prefix cache emptied "
-            "before each"
+            f"{ceiling}), the prefix cache emptied before each"
         )
 
     def slo_text(self) -> str:
@@ -159,34 +150,17 @@ class CapacityResult:
     base_rps: float  # requests/s offered at multiplier 1
     levels: tuple[Level, ...] = field(default_factory=tuple)
 
-    def votes(self, multiplier: float) -> tuple[int, int]:
-        """How many measurements at this load held, and how many broke."""
-        same = [lv.held for lv in self.levels if math.isclose(lv.multiplier, multiplier, rel_tol=1e-9)]
-        return sum(same), len(same) - sum(same)
-
-    @property
-    def flipped(self) -> bool:
-        """Whether some load both held and broke (the knee's noise moved the bracket)."""
-        return any(min(self.votes(lv.multiplier)) > 0 for lv in self.levels)
-
-    def _holds(self, level: Level) -> bool:
-        """A load holds when most of its measurements held (a tie does not)."""
-        held, broke = self.votes(level.multiplier)
-        return held > broke
-
     @property
     def held(self) -> Level | None:
-        """The highest load that holds (its latest measurement that held stands for it)."""
-        ok = [lv for lv in self.levels if lv.held and self._holds(lv)]
-        return max(ok, key=lambda lv: (lv.multiplier, self.levels.index(lv))) if ok else None
+        ok = [lv for lv in self.levels if lv.held]
+        return max(ok, key=lambda lv: lv.multiplier) if ok else None
 
     @property
     def broke(self) -> Level | None:
-        """The lowest load above the one that holds that does not (its latest measurement that broke)."""
         held = self.held
         floor = held.multiplier if held is not None else -math.inf
-        above = [lv for lv in self.levels if not lv.held and not self._holds(lv) and lv.multiplier > floor]
-        return min(above, key=lambda lv: (lv.multiplier, -self.levels.index(lv))) if above else None
+        above = [lv for lv in self.levels if not lv.held and lv.multiplier > floor]
+        return min(above, key=lambda lv: lv.multiplier) if above else None
 
     @property
     def capacity_rps(self) -> float:
@@ -271,36 +245,17 @@ async def bracket_capacity(
     """Bracket, then bisect. ``after_level``: asked after each level with the result so far; True
     stops the search there (the pruner)."""
     result = CapacityResult(plan=plan, base_rps=base_rps)
-    m: float | None = plan.start
-    searched, extra = 1, 0  # bisection levels; levels past them (re-checks, or a search a flip reopened)
-    while m is not None:
+    m = plan.start
+    while len(result.levels) < plan.max_levels:
         level = await measure(m)
         result = replace(result, levels=(*result.levels, level))
         if after_level is not None and after_level(result):
             break
         nxt = next_multiplier(result)
-        if nxt is not None and searched < plan.max_levels:
-            searched, m = searched + 1, nxt
-        elif extra < plan.rechecks:
-            m = nxt if nxt is not None and result.flipped else recheck_multiplier(result)
-            extra += m is not None
-        else:
-            m = None
+        if nxt is None:
+            break
+        m = nxt
     return result
-
-
-def recheck_multiplier(result: CapacityResult) -> float | None:
-    """An end of the bracket to measure again: one measured once, or whose measurements tie. None
-    where no load held: a configuration that breaks at the lowest load is not worth longer levels."""
-    if result.held is None:
-        return None
-    for end in (result.broke, result.held):
-        if end is None:
-            continue
-        held, broke = result.votes(end.multiplier)
-        if held + broke == 1 or held == broke:
-            return end.multiplier
-    return None
 
 
 def next_multiplier(result: CapacityResult) -> float | None:

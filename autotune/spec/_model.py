@@ -179,9 +179,8 @@ class StudySpec(BaseModel):
         "that held.", commands=_STUDY, fingerprint=True, fingerprint_when=("objective", "capacity"),
     )  # fmt: skip
     capacity_levels: int = _opt(
-        6, "--objective capacity: at most this many load levels per engine start to bracket and bisect "
-        "(each replays the workload once, its prefix cache emptied first), then up to 4 more that measure "
-        "the bracket's two ends again.", commands=_STUDY, fingerprint=True, minimum=2,
+        6, "--objective capacity: at most this many load levels per engine start (each replays the workload "
+        "once, its prefix cache emptied first).", commands=_STUDY, fingerprint=True, minimum=2,
         fingerprint_when=("objective", "capacity"),
     )  # fmt: skip
     min_throughput_ratio: float = _opt(
