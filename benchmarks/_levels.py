@@ -45,6 +45,7 @@ def capacity_choices(
     speed: float = 1.0,
     launcher: str | None = None,
     space: Path = c.CPU_SPACE,
+    min_level: str = "10s",
 ) -> StudySpec:
     """``autotune run --objective capacity --slo SLO...`` on the bench set-up (:func:`_common.tuning_choices`:
     the CPU build's fixed flags and the baseline's 20 MiB pool, or the fake server with ``quick``)."""
@@ -54,6 +55,7 @@ def capacity_choices(
             "objective": "capacity",
             "capacity_tolerance": tolerance,
             "capacity_levels": levels,
+            "capacity_min_level": min_level,
             "launcher": launcher or base.launcher,
         }
     )

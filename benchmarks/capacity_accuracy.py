@@ -31,8 +31,9 @@ Target (issue 45): within tolerance in 3 of 3 runs, each on a fresh engine start
     python benchmarks/capacity_accuracy.py            # real CPU build, 3 runs: 10-25 min on 2 cores
     python benchmarks/capacity_accuracy.py --quick    # the fake server, 1 run (under a minute)
 
-A level replays the workload's span divided by its load (examples/rag.jsonl: 15.7 s at 1x), so the
-lower the capacity, the longer a run: the sweep alone is about 200 s / c (c in multiples of 1x).
+A level replays the workload's span divided by its load (examples/rag.jsonl: 15.7 s at 1x), and the
+workload again after itself until the level's arrivals span ``--min-level`` (autotune's
+``--capacity-min-level``, default 10 s): a sweep takes at least 12 x 10 s.
 
 Prints a table per run and a summary, and writes every level of every run as JSON
 (``--json-out``, default benchmarks/results/capacity_accuracy.json; none with ``--quick``).
@@ -92,7 +93,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--speed", type=float, help="replay speed-up of level 1x (default 1; quick 8)")
     p.add_argument("--launcher", help="command that starts the server (default: vLLM's; quick: the fake)")
     p.add_argument("--seed", type=int, default=0, help="seed of the sweep's order (run i: seed + i)")
+    p.add_argument(
+        "--min-level",
+        help="autotune's --capacity-min-level: a level's least arrival time (default 10s; quick 2s)",
+    )
     args = p.parse_args(argv)
+    args.min_level = args.min_level or ("2s" if args.quick else "10s")
     args.runs = args.runs or (1 if args.quick else 3)
     args.speed = args.speed or (8.0 if args.quick else 1.0)
     args.slo = args.slo or ["ttft_p50=30ms"]
@@ -109,7 +115,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     wl_path = c.example_workload(args.workload, quick=args.quick, work_dir=work, max_requests=24)
     choices = _levels.capacity_choices(
         model, wl_path, quick=args.quick, slos=args.slo, tolerance=args.tolerance, levels=args.levels,
-        speed=args.speed, launcher=args.launcher,
+        speed=args.speed, launcher=args.launcher, min_level=args.min_level,
     )  # fmt: skip
     fractions = [float(x) for x in np.linspace(args.sweep_from, args.sweep_to, args.sweep_levels)]
     rendered = RenderedConfig(args=tuple(shlex.split(args.args)))
@@ -143,6 +149,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "tolerance": plan.tolerance,
         "max_levels": plan.max_levels,
         "max_multiplier": plan.max_multiplier,  # the bisection's ceiling (no level under 2 s of arrivals)
+        "min_level_s": plan.min_level_s,  # a level's least arrival time (the workload replayed again after itself)
         "sweep_fractions": [round(f, 4) for f in fractions],
         "runs": runs,
         "runs_within_tolerance": within,

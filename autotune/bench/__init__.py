@@ -6,6 +6,7 @@ from autotune.bench._arrivals import ArrivalSpec, plan_offsets
 from autotune.bench._figures import TrialFigures, failure_counts, meets_slos, summarize
 from autotune.bench._probe import ServerFacts, probe_server, server_root
 from autotune.bench._prometheus import VLLM_METRICS, MetricNames, MetricsDelta, parse_metrics, scrape_metrics
+from autotune.bench._queue import QueueWatch, ServerQueue
 from autotune.bench._replay import DEFAULT_MAX_IN_FLIGHT, ReplayResult, replay
 from autotune.bench._request import ReplayTarget
 from autotune.bench._saturation import detect_saturation, saturation_of
@@ -20,11 +21,13 @@ __all__ = [
     "ArrivalSpec",
     "MetricNames",
     "MetricsDelta",
+    "QueueWatch",
     "ReplayClient",
     "ReplayResult",
     "ReplayTarget",
     "RequestTiming",
     "ServerFacts",
+    "ServerQueue",
     "TrialFigures",
     "detect_saturation",
     "failure_counts",

@@ -14,11 +14,12 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
 from autotune.bench._arrivals import ArrivalSpec
+from autotune.bench._queue import ServerQueue
 from autotune.bench._saturation import saturation_of
 from autotune.bench._timing import RequestTiming, schedule_lag
 
@@ -54,6 +55,8 @@ class TrialFigures:
     # its queue; ``saturation_note`` says the evidence and the fix
     saturated: bool = False
     saturation_note: str = ""
+    # vLLM's own queue during the replay (bench._queue.ServerQueue.as_dict); None where not sampled
+    server_queue: Mapping[str, float] | None = None
 
     def metric(self, name: str) -> float:
         """Any figure by name: ``ttft_p90``, ``tpot_mean``, ``output_throughput``, ``goodput``..."""
@@ -128,11 +131,13 @@ def summarize(
     *,
     slos_ms: Mapping[str, float] | None = None,
     arrival: ArrivalSpec | None = None,
+    queue: ServerQueue | None = None,
 ) -> TrialFigures:
     """The figures of one replay; ``arrival``: how it was replayed, to judge it for saturation (a
     closed loop by its TTFT trend only; a speed makes the suggested fix exact). Without it (the
     partial figures a pass reports to the pruner while requests are in flight, where every
-    millisecond on the event loop delays them) saturation is not judged."""
+    millisecond on the event loop delays them) saturation is not judged. ``queue``: vLLM's own queue
+    sampled during the replay, which tells a late replayer from a server that cannot keep up."""
     ok = [t for t in timings if t.ok]
     series: dict[str, list[float]] = {
         "ttft": [t.ttft for t in ok if t.ttft is not None],
@@ -146,8 +151,12 @@ def summarize(
     good = None
     if slos_ms:
         good = sum(meets_slos(t, slos_ms) for t in timings) / duration_s
-    lag = schedule_lag(timings)
-    saturation = saturation_of(timings, closed_loop=arrival.mode == "closed") if arrival is not None else None
+    lag = replace(schedule_lag(timings), server_queue=queue)
+    saturation = (
+        saturation_of(timings, closed_loop=arrival.mode == "closed", queue=queue)
+        if arrival is not None
+        else None
+    )
     speed = arrival.speed if arrival is not None and arrival.mode == "timestamps" else None
     return TrialFigures(
         completed=len(ok),
@@ -167,4 +176,5 @@ def summarize(
         lag_tolerance_ms=lag.tolerance_ms,
         saturated=saturation is not None and saturation.saturated,
         saturation_note=saturation.note(speed) if saturation is not None else "",
+        server_queue=queue.as_dict() if queue is not None else None,
     )

@@ -13,7 +13,12 @@ Pure numbers over the per-request timings (seconds, as :class:`RequestTiming` an
   its planned arrival (``lag + latency``), which also counts the time it waited to be sent;
 - **in-flight slots pinned** (open loop only): at least ``PINNED_SHARE`` of the requests waited for
   one of the replayer's in-flight slots (``slot_wait``): the server finished requests more slowly
-  than the schedule sent new ones.
+  than the schedule sent new ones;
+- **the server's own queue held** (when sampled, :mod:`autotune.bench._queue`): vLLM's
+  ``vllm:num_requests_waiting`` was above zero in at least half the samples, and the requests were
+  served below the planned rate (open loop) or their TTFT rose (closed loop). A queue vLLM keeps
+  for most of a replay is what "cannot keep up" means; a short replay whose TTFT has no time to
+  grow shows it there first (the issue-45 runs at ``--speed 8`` and ``--concurrency 64``).
 
 A closed loop at concurrency N holds N requests in flight by design, and its requests never wait for
 a slot, so only the TTFT trend counts there. The thresholds are wide on purpose: on a busy 2-core
@@ -29,6 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from autotune.bench._queue import ServerQueue
 from autotune.bench._timing import RequestTiming
 
 __all__ = [
@@ -45,6 +51,7 @@ __all__ = [
 GROWTH = 2.0  # last third's median over the first third's (an ideal queue: 5x)
 MIN_RISE_MS = 250.0  # and at least this much higher (a sub-millisecond TTFT tripling is not a queue)
 MIN_RANK_CORRELATION = 0.6  # a steady rise with position, not a few slow requests at the end
+SERVED_SHARE = 0.9  # served below this share of the planned rate, with vLLM's queue held: saturated
 PINNED_SHARE = 0.25  # of the requests waited for an in-flight slot (more than _SLOT_WAIT_S)
 MIN_REQUESTS = 9  # three per third
 _SLOT_WAIT_S = 0.005  # the event loop's own jitter (bench._timing.LAG_FLOOR_MS)
@@ -120,6 +127,7 @@ def detect_saturation(
     slot_wait: np.ndarray | None = None,
     *,
     closed_loop: bool = False,
+    queue: ServerQueue | None = None,
 ) -> Saturation:
     """The verdict over one replay's requests (seconds; NaN TTFT or latency: a failed request)."""
     scheduled, sent = np.asarray(scheduled, float), np.asarray(sent, float)
@@ -144,19 +152,35 @@ def detect_saturation(
         if span > 0 and end > scheduled.min():
             offered = (len(scheduled) - 1) / span
             served = int(ok.sum()) / (end - float(scheduled.min()))
+    if queue is not None and queue.queued and not evidence:
+        behind = served is not None and offered is not None and served < SERVED_SHARE * offered
+        rose = closed_loop and _rise(ttft[ok][order])
+        if behind or rose:
+            evidence.append(queue.phrase())
     return Saturation(bool(evidence), tuple(evidence), offered, served, closed_loop)
 
 
+def _rise(values: np.ndarray) -> bool:
+    """The last third's median TTFT at least ``GROWTH`` times the first third's (no trend test: a
+    closed loop fills its queue at once)."""
+    k = len(values) // 3
+    return bool(np.median(values[-k:]) >= GROWTH * max(float(np.median(values[:k])), 1e-9))
+
+
 def saturation_of(
-    timings: Sequence[RequestTiming] | Mapping[str, np.ndarray], *, closed_loop: bool = False
+    timings: Sequence[RequestTiming] | Mapping[str, np.ndarray],
+    *,
+    closed_loop: bool = False,
+    queue: ServerQueue | None = None,
 ) -> Saturation:
     """:func:`detect_saturation` over request timings, or over the arrays of a trial's
     ``.requests.npz`` (``scheduled``, ``sent``, ``ttft``, ``latency``, ``slot_wait``)."""
     if isinstance(timings, Mapping):
         a = timings
         return detect_saturation(
-            a["scheduled"], a["sent"], a["ttft"], a["latency"], a.get("slot_wait"), closed_loop=closed_loop
-        )
+            a["scheduled"], a["sent"], a["ttft"], a["latency"], a.get("slot_wait"),
+            closed_loop=closed_loop, queue=queue,
+        )  # fmt: skip
     nan = float("nan")
     ok = [t.ok for t in timings]
     return detect_saturation(
@@ -171,4 +195,5 @@ def saturation_of(
         ),
         np.array([t.slot_wait for t in timings], float),
         closed_loop=closed_loop,
+        queue=queue,
     )

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from autotune.bench._queue import ServerQueue
+
 __all__ = ["LAG_CEILING_MS", "LAG_FLOOR_MS", "RequestTiming", "ScheduleLag", "schedule_lag"]
 
 # A run is behind its schedule (its figures measure another load than planned) when the lag p99
@@ -111,6 +113,7 @@ class ScheduleLag:
     # of the lag of the requests later than the tolerance, the share spent waiting for an in-flight
     # slot (RequestTiming.slot_wait); None when none was that late
     slot_share: float | None = None
+    server_queue: ServerQueue | None = None  # vLLM's own queue during the replay (bench._queue)
 
     @property
     def behind(self) -> bool:
@@ -123,13 +126,18 @@ class ScheduleLag:
         basis = [f"median TTFT {self.ttft_p50_ms:.1f} ms"] if self.ttft_p50_ms is not None else []
         if self.mean_gap_ms is not None:
             basis.append(f"mean planned gap {self.mean_gap_ms:.1f} ms")
+        queue = self.server_queue
         if self.slot_share is not None and self.slot_share >= 0.5:
             why = (
                 f"{self.slot_share:.0%} of it waiting for an in-flight slot: requests in flight finished "
                 "more slowly than the schedule sent new ones (usually the server)"
             )
+        elif queue is not None and queue.queued:
+            why = f"the server could not keep up: {queue.phrase()}"
         else:
             why = "the replayer itself was late (its CPU or a busy event loop), not waiting for a slot"
+            if queue is not None and queue.empty:
+                why += f", while vLLM's own queue stayed empty ({queue.samples} samples)"
         return (
             f"replay behind its schedule, figures unreliable: lag p99 {self.p99_ms:.1f} ms "
             f"(max {self.max_ms:.1f} ms), allowed {self.tolerance_ms:.1f} ms"

@@ -40,6 +40,7 @@ History: Any = cli_option("history")[0]
 MaxDuration: Any = cli_option("max_duration")[0]
 CapacityTolerance: Any = cli_option("capacity_tolerance")[0]
 CapacityLevels: Any = cli_option("capacity_levels")[0]
+CapacityMinLevel: Any = cli_option("capacity_min_level")[0]
 _PCTS = ("p50", "p90", "p99")
 
 
@@ -76,6 +77,7 @@ def bench(
     ] = False,
     capacity_tolerance: CapacityTolerance = 0.10,
     capacity_levels: CapacityLevels = 6,
+    capacity_min_level: CapacityMinLevel = "10s",
     max_duration: MaxDuration = None,
     html_out: Annotated[
         Optional[Path], typer.Option(help="With --capacity: write a page with latency against load and the knee marked "
@@ -95,7 +97,7 @@ def bench(
             passes=passes, warmup=warmup, seed=seed, max_requests=max_requests, sample=sample,
             slo=tuple(slo or ()), history=history, model=model, api_key_env=api_key_env,
             objective="capacity" if capacity else "ttft_p90", capacity_tolerance=capacity_tolerance,
-            capacity_levels=capacity_levels, max_duration=max_duration,
+            capacity_levels=capacity_levels, capacity_min_level=capacity_min_level, max_duration=max_duration,
         )  # fmt: skip
     except ValidationError as exc:  # the model's own check of an option, as one line
         err = exc.errors()[0]

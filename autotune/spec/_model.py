@@ -183,6 +183,11 @@ class StudySpec(BaseModel):
         "once, its prefix cache emptied first).", commands=_STUDY, fingerprint=True, minimum=2,
         fingerprint_when=("objective", "capacity"),
     )  # fmt: skip
+    capacity_min_level: str = _opt(
+        "10s", "--objective capacity: a load level lasts at least this much arrival time; a workload whose "
+        "arrivals at that load span less is replayed again after itself. 0s: once per level.",
+        commands=_STUDY, fingerprint=True, fingerprint_when=("objective", "capacity"),
+    )  # fmt: skip
     min_throughput_ratio: float = _opt(
         0.95,
         "A trial must reach this share of the baseline's output tokens/s.",
@@ -326,6 +331,12 @@ class StudySpec(BaseModel):
         None, "A worker spec file as `autotune run --gpus` writes it; replaces the options above.",
         commands=("worker",), cli_only=True, flag="--spec",
     )  # fmt: skip
+
+    @field_validator("capacity_min_level")
+    @classmethod
+    def _duration_or_zero(cls, value: str) -> str:
+        parse_duration(value, allow_zero=True)
+        return value
 
     @field_validator("budget", "window", "max_duration")
     @classmethod

@@ -19,6 +19,7 @@ from autotune.bench import (
     ArrivalSpec,
     MetricNames,
     MetricsDelta,
+    QueueWatch,
     ReplayTarget,
     RequestTiming,
     TrialFigures,
@@ -31,6 +32,7 @@ from autotune.bench._capacity import (
     CapacityPlan,
     CapacityResult,
     Level,
+    arrival_span,
     bracket_capacity,
     delivered_share,
     level_verdict,
@@ -87,20 +89,30 @@ async def measure_level(
     timings: list[RequestTiming] | None = None,
 ) -> Level:
     """One level: the prefix cache emptied (unless ``reset`` is off: a test's control), the
-    workload replayed at ``m`` times its arrivals, judged against the SLOs; its requests' timings
-    appended to ``timings``. A refused reset is the level's note."""
+    workload replayed at ``m`` times its arrivals (again after itself until the level lasts
+    ``plan.min_level_s``), judged against the SLOs; its requests' timings appended to ``timings``.
+    A refused reset is the level's note."""
     notes: tuple[str, ...] = ()
     if reset:
         refused = await reset_prefix_cache(ctx.client, ctx.base_url, ctx.api_key)
         if refused is not None:
             notes = (f"the prefix cache was not emptied before this level: {refused}",)
     arrival = scaled_arrival(ctx.arrival, m)
+    passes = plan.passes(arrival_span(ctx.workload, arrival))
+    workload = ctx.workload.repeated(passes)
     before = await scrape_metrics(ctx.client, ctx.base_url, ctx.metric_names, ctx.metrics_path)
-    result = await replay(ctx.client, ctx.target, ctx.workload, arrival, history=ctx.history)
+    async with QueueWatch(ctx.base_url, ctx.metrics_path) as watch:
+        result = await replay(ctx.client, ctx.target, workload, arrival, history=ctx.history)
     after = await scrape_metrics(ctx.client, ctx.base_url, ctx.metric_names, ctx.metrics_path)
     if timings is not None:
         timings.extend(result.timings)
-    figures = summarize(result.timings, result.duration_s, slos_ms=ctx.request_slos or None, arrival=arrival)
+    figures = summarize(
+        result.timings,
+        result.duration_s,
+        slos_ms=ctx.request_slos or None,
+        arrival=arrival,
+        queue=watch.result(),
+    )
     delta = (
         MetricsDelta.between(before, after, ctx.host_sources, ctx.metric_names) if before and after else None
     )
@@ -116,6 +128,7 @@ async def measure_level(
         prefix_hit_rate=delta.prefix_hit_rate if delta is not None else None,
         notes=notes,
         delivered=delivered,
+        passes=passes,
     )
 
 

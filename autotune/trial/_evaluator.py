@@ -23,9 +23,11 @@ from autotune.bench import (
     DEFAULT_MAX_IN_FLIGHT,
     ArrivalSpec,
     MetricsDelta,
+    QueueWatch,
     ReplayResult,
     ReplayTarget,
     RequestTiming,
+    ServerQueue,
     TrialFigures,
     replay,
     replay_client,
@@ -285,14 +287,16 @@ class VllmEvaluator:
                     before = await scrape_metrics(client, proc.base_url, names, path)
                 # the last pass (known once it is the planned count's, or a fixed count's last)
                 final = k == planned - 1 and (k > 0 or self.passes.count == 1)
-                result, got, pruned = await self._one_pass(client, target, k, listener, final=final)
+                result, got, pruned, queue = await self._one_pass(client, target, k, listener, final=final)
                 after = await scrape_metrics(client, proc.base_url, names, path)
                 delta = (
                     MetricsDelta.between(before, after, self.host_sources, names)
                     if before and after
                     else None
                 )
-                passes.append(PassResult(figures=self._figures(got, result), metrics=delta, pruned=pruned))
+                passes.append(
+                    PassResult(figures=self._figures(got, result, queue), metrics=delta, pruned=pruned)
+                )
                 timings.extend(got)
                 if pruned is not None:
                     break
@@ -379,15 +383,18 @@ class VllmEvaluator:
             extra_figures=run.result.figures(),
         )
 
-    def _figures(self, got: list[RequestTiming], result: ReplayResult | None) -> TrialFigures:
+    def _figures(
+        self, got: list[RequestTiming], result: ReplayResult | None, queue: ServerQueue | None = None
+    ) -> TrialFigures:
+        slos = self.slos_ms or None
         if result is not None:
             return summarize(
-                result.timings, result.duration_s, slos_ms=self.slos_ms or None, arrival=self.arrival
+                result.timings, result.duration_s, slos_ms=slos, arrival=self.arrival, queue=queue
             )
         sent = [t.sent for t in got]
         ends = [t.sent + (t.latency or 0.0) for t in got]
         duration = (max(ends) - min(sent)) if got else 0.0
-        return summarize(got, duration, slos_ms=self.slos_ms or None, arrival=self.arrival)
+        return summarize(got, duration, slos_ms=slos, arrival=self.arrival, queue=queue)
 
     async def _one_pass(
         self,
@@ -397,7 +404,7 @@ class VllmEvaluator:
         listener: TrialListener | None,
         *,
         final: bool = False,
-    ) -> tuple[ReplayResult | None, list[RequestTiming], str | None]:
+    ) -> tuple[ReplayResult | None, list[RequestTiming], str | None, ServerQueue | None]:
         """One replay; with ``listener``, the figures so far are reported at each checkpoint and the
         replay is cancelled when the answer says to stop (the partial timings are kept). ``final``:
         the trial's last pass, whose last checkpoint is reported but never stops it (it has run in
@@ -433,6 +440,8 @@ class VllmEvaluator:
             fut.add_done_callback(functools.partial(answered, q))
             reports.append(fut)
 
+        watch = QueueWatch(target.base_url, self.engine.endpoints.metrics)  # vLLM's own queue
+        watch.start()
         task = asyncio.ensure_future(
             replay(client, target, self.workload, self.arrival, history=self.history, on_done=on_done)
         )
@@ -443,11 +452,12 @@ class VllmEvaluator:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+            queue = await watch.stop()
             try:
                 await asyncio.gather(*reports)  # every report stored (and its answer read) before going on
             finally:
                 reporter.shutdown(wait=True)
         if stop.done():
-            return None, got, stop.result()
+            return None, got, stop.result(), queue
         stop.cancel()
-        return task.result(), got, None
+        return task.result(), got, None, queue

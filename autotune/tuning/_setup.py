@@ -287,6 +287,7 @@ def _capacity_plan(
         tolerance=choices.capacity_tolerance,
         max_levels=choices.capacity_levels,
         max_failed=objective.max_failed_requests,
+        min_level_s=parse_duration(choices.capacity_min_level, allow_zero=True),
     )
     base_request_rate(wl, arrival)  # a closed loop or a workload too short to bracket: refused now
     return plan.with_workload_span(arrival_span(wl, arrival))

@@ -13,7 +13,7 @@ format). Turns of a session are the lines with the same ``session_id``, in file 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 __all__ = ["ChatMessage", "Workload", "WorkloadRequest"]
@@ -78,3 +78,32 @@ class Workload:
             key = r.session_id if r.session_id is not None else f"\x00req-{r.index}"
             groups.setdefault(key, []).append(r)
         return {k: tuple(v) for k, v in groups.items()}
+
+    def repeated(self, times: int) -> Workload:
+        """The workload followed by ``times - 1`` copies of itself: copy k's sessions and ids end in
+        ``~k`` (its turns stay one conversation, apart from the original's) and its timestamps are
+        shifted by k periods, a period being the timestamps' span plus their mean gap, so the copies
+        keep the file's pace."""
+        if times <= 1 or not self.requests:
+            return self
+        stamps = [r.timestamp for r in self.requests if r.timestamp is not None]
+        period = 0.0
+        if stamps:
+            span = max(stamps) - min(stamps)
+            firsts = sorted({s[0].timestamp for s in self.sessions().values() if s[0].timestamp is not None})
+            gap = span / (len(firsts) - 1) if len(firsts) > 1 else span
+            period = span + gap
+        n = len(self.requests)
+        out = list(self.requests)
+        for k in range(1, times):
+            for r in self.requests:
+                out.append(
+                    replace(
+                        r,
+                        index=k * n + r.index,
+                        id=f"{r.id}~{k}",
+                        session_id=None if r.session_id is None else f"{r.session_id}~{k}",
+                        timestamp=None if r.timestamp is None else r.timestamp + k * period,
+                    )
+                )
+        return replace(self, requests=tuple(out))

@@ -104,7 +104,7 @@ def test_bench_capacity_brackets_a_running_server_without_restarting_it(tmp_path
         res = _autotune(
             tmp_path, mark, "bench", "--url", f"http://127.0.0.1:{port}", "--workload",
             str(_workload(tmp_path / "w.jsonl", n=30, step=0.2)), "--capacity", "--slo", "ttft_p90=400ms",
-            "--json-out", str(tmp_path / "cap.json"),
+            "--capacity-min-level", "0s", "--json-out", str(tmp_path / "cap.json"),
         )  # fmt: skip
         assert server.poll() is None  # never restarted, never stopped
     finally:
@@ -132,7 +132,8 @@ def test_a_capacity_night_promotes_the_pool_that_carries_more(tmp_path: Path, ma
         "--model", str(model), "--launcher", " ".join(FAKE_LAUNCHER), "--studies-dir", str(tmp_path / "studies"),
         "--no-check-args", "--no-check-memory", "--space", str(tmp_path / "space.yaml"),
         "--baseline-arg=--kv-cache-memory-bytes=8M", "--objective", "capacity", "--slo", "ttft_p90=250ms",
-        "--capacity-levels", "4", "--capacity-tolerance", "0.3", "--budget", "180s", "--rounds", "1",
+        "--capacity-levels", "4", "--capacity-tolerance", "0.3", "--capacity-min-level", "0s", "--budget", "180s",
+        "--rounds", "1",
         "--max-trials", "1", "--min-improvement", "0.2", "--out", str(tmp_path / "deployed.yaml"),
     )  # fmt: skip
     assert res.returncode == 0, res.stderr[-3000:]

@@ -25,6 +25,8 @@ Faults, from the environment:
   FAKE_RESET_KEEPS=1        POST /reset_prefix_cache answers success but keeps the cache (a leaking tier)
   FAKE_LMCACHE_LOG=1        print LMCache's lookup line for each request (as LMCacheConnectorV1 does):
                             "Reqid: cmpl-N, Total tokens W, LMCache hit tokens: H, need to load: H/2"
+/metrics has vLLM's counters it models and the gauge vllm:num_requests_waiting (requests queued behind
+FAKE_SERIAL's one at a time; 0 otherwise).
 POST /reset_prefix_cache empties its prefix cache, and exists only with VLLM_SERVER_DEV_MODE=1 (as vLLM).
 A --kv-cache-memory-bytes below 16M triples the time to first token (a starved KV pool).
 
@@ -91,6 +93,12 @@ class _FirstComeFirstServed:
         with self._turn:
             self._serving += 1
             self._turn.notify_all()
+
+    @property
+    def waiting(self) -> int:
+        """Requests holding a ticket that are not being served yet (vLLM's num_requests_waiting)."""
+        with self._turn:
+            return max(0, self._next - self._serving - 1)
 
 
 class _State:
@@ -195,6 +203,8 @@ def _make_handler(state: _State):
                     f'vllm:generation_tokens_total{{engine="0"}} {s.gen_tokens}\n'
                     f'vllm:time_to_first_token_seconds_sum{{engine="0"}} {s.ttft_sum}\n'
                     f'vllm:time_to_first_token_seconds_count{{engine="0"}} {s.requests}\n'
+                    "# TYPE vllm:num_requests_waiting gauge\n"
+                    f'vllm:num_requests_waiting{{engine="0"}} {s.serial.waiting}\n'
                 ).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "text/plain")

@@ -37,7 +37,7 @@ HIT_POINTS = 0.02  # the same requests on an emptied cache hit the same tokens (
 async def _levels(base_url: str, model: str, wl_path: Path, order: list[tuple[float, bool]]) -> list[float]:
     wl = load_workload(wl_path)
     arrival = ArrivalSpec(mode="timestamps")
-    plan = CapacityPlan(slos_ms={"ttft_p90": 60_000.0})
+    plan = CapacityPlan(slos_ms={"ttft_p90": 60_000.0}, min_level_s=0)  # once per level: the hits compared
     async with replay_client(max_in_flight=64, timeout=httpx.Timeout(120.0)) as client:
         ctx = LevelContext(
             client=client, target=ReplayTarget(base_url=base_url, model=model, api_key=None), base_url=base_url,
@@ -82,7 +82,8 @@ def test_levels_do_not_depend_on_their_order_and_bench_brackets_a_running_vllm(
         out = tmp_path / "cap.json"
         res = subprocess.run(
             [sys.executable, "-m", "autotune", "bench", "--url", server.base_url, "--workload", str(wl),
-             "--capacity", "--slo", "ttft_p90=2s", "--capacity-levels", "3", "--json-out", str(out)],
+             "--capacity", "--slo", "ttft_p90=2s", "--capacity-levels", "3", "--capacity-min-level", "4s",
+             "--json-out", str(out)],
             env={**os.environ, MARK_ENV: mark, "PYTHONPATH": str(REPO)},
             capture_output=True, text=True, timeout=300,
         )  # fmt: skip
@@ -94,6 +95,8 @@ def test_levels_do_not_depend_on_their_order_and_bench_brackets_a_running_vllm(
     levels = figures["capacity_levels"]
     # 16 arrivals over 3 s: 1x, then up to 1.5x (no level sends them in under 2 s), bisected below if broke
     assert levels[0]["x"] == 1.0 and all(lv["x"] <= 1.5 for lv in levels) and 2 <= len(levels) <= 3
+    # each level lasts at least 4 s (--capacity-min-level): the 3 s workload replayed twice, all served
+    assert all(lv["passes"] == 2 and lv["completed"] + lv["failed"] == 32 for lv in levels), levels
     held = [lv for lv in levels if lv["held"]]
     assert held and figures["capacity"] == pytest.approx(max(lv["offered_rps"] for lv in held), rel=1e-3)
     assert all(

@@ -15,6 +15,7 @@ from autotune.bench import ArrivalSpec, TrialFigures
 from autotune.bench._capacity import (
     CapacityPlan,
     Level,
+    arrival_span,
     base_request_rate,
     bracket_capacity,
     level_verdict,
@@ -136,6 +137,7 @@ def test_a_level_breaks_on_its_slo_on_saturation_and_on_failed_requests() -> Non
         ({"slos_ms": {}}, "needs at least one --slo"),
         ({"slos_ms": {"ttft_p90": 300.0}, "tolerance": 1.5}, "--capacity-tolerance: 1.5"),
         ({"slos_ms": {"ttft_p90": 300.0}, "max_levels": 1}, "--capacity-levels: 1"),
+        ({"slos_ms": {"ttft_p90": 300.0}, "min_level_s": -1.0}, "--capacity-min-level: -1"),
     ],
 )
 def test_a_plan_refuses_bad_settings_in_one_line(plan_kwargs: dict[str, object], fragment: str) -> None:
@@ -184,3 +186,23 @@ def test_the_load_stops_rising_where_a_level_would_be_a_burst() -> None:
     result = asyncio.run(bracket_capacity(plan, 1.0, _server(1000.0, 1.0, plan, seen)))
     assert seen == [1.0, 2.0, 4.0, 5.0]
     assert result.broke is None and "at least" in result.note() and "burst" in result.note()
+
+
+def test_a_short_level_replays_the_workload_again_after_itself_until_it_lasts(tmp_path: Path) -> None:
+    """Levels of a few seconds measure a burst and move with one slow second: a level's arrivals span
+    at least min_level_s (10 s by default), the workload repeated with its pace kept."""
+    plan = CapacityPlan(slos_ms={"ttft_p90": 300.0})
+    assert plan.min_level_s == 10.0
+    assert [plan.passes(s) for s in (15.7, 10.0, 7.85, 3.1, 0.0)] == [1, 1, 2, 4, 16]
+    assert CapacityPlan(slos_ms={"ttft_p90": 300.0}, min_level_s=0).passes(0.5) == 1
+    wl = load_workload(_workload(tmp_path, 12, 0.5, sessions=True))  # 6 sessions of 2 turns, 0 to 2.5 s
+    twice = wl.repeated(2)
+    assert len(twice) == 24 and [r.index for r in twice.requests] == list(range(24))
+    copy = twice.requests[12:]
+    # a period is the span (2.5 s) plus the mean gap (0.5 s): the copy arrives at the file's pace
+    assert [r.timestamp for r in copy[:4]] == [3.0, 3.0, 3.5, 3.5] and copy[-1].timestamp == 5.5
+    assert {r.session_id for r in copy} == {f"s{i}~1" for i in range(6)} and copy[0].id.endswith("~1")
+    assert len(twice.sessions()) == 12 and wl.repeated(1) is wl
+    spec = ArrivalSpec(mode="timestamps")
+    assert base_request_rate(twice, spec) == pytest.approx(base_request_rate(wl, spec))  # the pace kept
+    assert arrival_span(twice, spec) == pytest.approx(5.5)
