@@ -125,20 +125,27 @@ def tuning_choices(
     extra_args: Sequence[str] = (),
     slos: Sequence[str] = (),
     min_throughput_ratio: float = 0.95,
+    fixed: Sequence[str] | None = None,
+    baseline: Sequence[str] | None = None,
+    profile: str = "cpu",
+    startup_timeout: int = 300,
 ) -> StudySpec:
     """What a user would pass to ``autotune run`` for a benchmark run: the CPU build (profile
     ``cpu``, vLLM's own argument parser on) with the fixed flags, or, with ``quick``, the fake
     server under whatever profile is detected, without the parser (it would start vLLM's import
-    for a server that is not vLLM)."""
+    for a server that is not vLLM). ``fixed``/``baseline``/``profile``: another engine's (the GPU
+    scripts), in place of the CPU build's."""
+    if fixed is None:
+        fixed = QUICK_FIXED_ARGS if quick else FIXED_ARGS
     return StudySpec(
         workload=workload,
         model=model,
-        profile=None if quick else "cpu",
+        profile=None if quick else profile,
         space=space,
-        engine_args=(*(QUICK_FIXED_ARGS if quick else FIXED_ARGS), *extra_args),
-        baseline_args=BASELINE_ARGS,
+        engine_args=(*fixed, *extra_args),
+        baseline_args=tuple(BASELINE_ARGS if baseline is None else baseline),
         launcher=" ".join(FAKE_LAUNCHER) if quick else None,
-        startup_timeout=60 if quick else 300,
+        startup_timeout=60 if quick else startup_timeout,
         speed=speed,
         slo=tuple(slos),
         min_throughput_ratio=min_throughput_ratio,
@@ -148,8 +155,9 @@ def tuning_choices(
 
 def example_workload(name: str, *, quick: bool, work_dir: Path, max_requests: int = 12) -> Path:
     """A shipped example; in quick mode a few whole sessions without think time (seconds, not tens),
-    written to ``work_dir`` as a workload file of their own lines."""
-    path = EXAMPLES / name
+    written to ``work_dir`` as a workload file of their own lines. A path to an existing file is
+    taken as it is (the GPU scripts' workloads)."""
+    path = Path(name) if Path(name).is_file() else EXAMPLES / name
     if not quick:
         return path
     wl = sample_workload(load_workload(path), max_requests, seed=0)

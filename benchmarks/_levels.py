@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import _common as c
 import httpx
@@ -46,10 +47,15 @@ def capacity_choices(
     launcher: str | None = None,
     space: Path = c.CPU_SPACE,
     min_level: str = "10s",
+    engine: Mapping[str, Any] | None = None,
 ) -> StudySpec:
     """``autotune run --objective capacity --slo SLO...`` on the bench set-up (:func:`_common.tuning_choices`:
-    the CPU build's fixed flags and the baseline's 20 MiB pool, or the fake server with ``quick``)."""
-    base = c.tuning_choices(model, workload, quick=quick, speed=speed, space=space, slos=tuple(slos))
+    the CPU build's fixed flags and the baseline's 20 MiB pool, or the fake server with ``quick``;
+    ``engine``: another engine's fixed flags, baseline flags, profile and start-up time, as
+    :func:`_common.tuning_choices` takes them)."""
+    base = c.tuning_choices(
+        model, workload, quick=quick, speed=speed, space=space, slos=tuple(slos), **dict(engine or {})
+    )
     return base.model_copy(
         update={
             "objective": "capacity",

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -83,11 +84,38 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--tolerance", type=float, default=0.10, help="the tool's --capacity-tolerance (default 0.1)"
     )
     p.add_argument("--levels", type=int, default=6, help="the tool's --capacity-levels (default 6)")
-    p.add_argument("--workload", default="rag.jsonl", help="file in examples/ (default rag.jsonl)")
+    p.add_argument("--workload", default="rag.jsonl", help="file in examples/, or a path (default rag.jsonl)")
+    p.add_argument("--model", help="the model's directory (default: the CPU build's tiny bench model)")
+    p.add_argument(
+        "--engine-arg",
+        action="append",
+        help="a fixed flag of both methods, in place of the CPU build's (repeatable; the GPU script's)",
+    )
+    p.add_argument(
+        "--baseline-arg",
+        action="append",
+        help="a flag of the baseline only, in place of the CPU build's 20 MiB pool (repeatable; 'none': none)",
+    )
+    p.add_argument(
+        "--profile", default="cpu", help="the tool's --profile (default cpu; the GPU script: cuda)"
+    )
+    p.add_argument(
+        "--engine-defaults",
+        default="128,2048",
+        help="the engine's own max-num-seqs,max-num-batched-tokens: the tool's baseline (default 128,2048, the "
+        "CPU build's; vLLM 0.26 on an H200: 1024,8192)",
+    )
+    p.add_argument("--min-level", default="10s", help="the tool's --capacity-min-level (default 10s)")
+    p.add_argument("--startup-timeout", type=int, default=300, help="seconds an engine may take to start")
     p.add_argument("--speed", type=float, help="the tool's replay speed-up at 1x (default 1; quick 8)")
     p.add_argument("--launcher", help="command that starts the server (default: vLLM's; quick: the fake)")
     p.add_argument("--seed", type=int, default=0, help="seed of the Poisson arrivals and of the tool's study")
     p.add_argument("--only", choices=("grid", "tool"), help="run one side only")
+    p.add_argument(
+        "--grid-json",
+        type=Path,
+        help="with --only tool: compare against the grid of an earlier run's JSON (same model, workload, SLO)",
+    )
     args = p.parse_args(argv)
     _defaults(args)
     c.setup_logging(args.verbose)
@@ -95,22 +123,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.quick:  # the fake's time to first token falls with --max-num-batched-tokens
         _levels.use_fake_env({"FAKE_TTFT_SCALE": "2"})
     env = c.environment()
-    model = c.bench_model(args.models_dir)
+    model = args.model or c.bench_model(args.models_dir)
     work = args.work_dir / f"capacity-vs-grid-{time.strftime('%Y%m%d-%H%M%S')}"
     work.mkdir(parents=True, exist_ok=True)
     wl_path = c.example_workload(args.workload, quick=args.quick, work_dir=work, max_requests=24)
-    space = _write_space(work / "space.yaml", args.seqs, args.tokens)
+    seqs_default, tokens_default = (int(x) for x in args.engine_defaults.split(","))
+    space = _write_space(
+        work / "space.yaml", args.seqs, args.tokens, args.platform, defaults=(seqs_default, tokens_default)
+    )
     choices = _levels.capacity_choices(
         model, wl_path, quick=args.quick, slos=args.slo, tolerance=args.tolerance, levels=args.levels,
-        speed=args.speed, launcher=args.launcher, space=space,
+        speed=args.speed, launcher=args.launcher, space=space, min_level=args.min_level, engine=_engine(args),
     )  # fmt: skip
     result: dict[str, Any] = {
         "benchmark": "capacity_vs_grid",
         "quick": args.quick,
         "env": env,
         "model": model,
-        "fixed_args": list(c.fixed_args(quick=args.quick)),
-        "workload": f"examples/{args.workload}",
+        "fixed_args": [*args.fixed, *args.baseline],
+        "workload": args.workload if Path(args.workload).is_file() else f"examples/{args.workload}",
+        "min_level": args.min_level,
         "slo": list(args.slo),
         "grid_slo": list(args.grid_slo),
         "tolerance": args.tolerance,
@@ -122,6 +154,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             result["grid"] = run_grid(setup, _grid_plan(args), work / "grid")
     if args.only != "grid":
         result["tool"] = _tool(args, model, wl_path, space, work / "tool")
+    if args.grid_json is not None and "grid" not in result:
+        earlier = json.loads(args.grid_json.read_text())
+        result["grid"] = earlier["grid"]
+        result["grid_from"] = {"json": str(args.grid_json), "env": earlier.get("env")}
     if "grid" in result and "tool" in result:
         result["comparison"] = _compare(result["grid"], result["tool"], args.tolerance)
     c.write_json(args.json_out, result)
@@ -139,6 +175,22 @@ def _defaults(args: Any) -> None:
     args.cell_pause_s = args.cell_pause_s if args.cell_pause_s is not None else (0.0 if args.quick else 10.0)
     if args.json_out is None and not args.quick:
         args.json_out = DEFAULT_JSON
+    quick_fixed = c.QUICK_FIXED_ARGS if args.quick else c.FIXED_ARGS
+    args.fixed = tuple(args.engine_arg) if args.engine_arg else quick_fixed
+    args.baseline = (
+        tuple(a for a in args.baseline_arg if a != "none") if args.baseline_arg else c.BASELINE_ARGS
+    )
+    args.platform = "cpu" if args.quick else args.profile
+
+
+def _engine(args: Any) -> dict[str, Any]:
+    """The engine both methods start: fixed flags, the baseline's, the profile, the start-up time."""
+    return {
+        "fixed": args.fixed,
+        "baseline": args.baseline,
+        "profile": args.profile,
+        "startup_timeout": args.startup_timeout,
+    }
 
 
 def _grid_plan(args: Any) -> GridPlan:
@@ -153,17 +205,24 @@ def _grid_plan(args: Any) -> GridPlan:
     )
 
 
-def _write_space(path: Path, seqs: Sequence[int], tokens: Sequence[int]) -> Path:
+def _write_space(
+    path: Path,
+    seqs: Sequence[int],
+    tokens: Sequence[int],
+    platform: str = "cpu",
+    *,
+    defaults: tuple[int, int] = (128, 2048),
+) -> Path:
     """The grid's two parameters as a search space (their entries in search_spaces/cpu.yaml, the
     grid's choices); the baseline's KV pool is the same for every configuration of both methods."""
     path.write_text(
-        "name: capacity-vs-grid\nplatform: cpu\n"
+        f"name: capacity-vs-grid\nplatform: {platform}\n"
         "description: auto_tune.sh's grid, max_num_seqs x max_num_batched_tokens (benchmarks/capacity_vs_grid.py)\n"
         "parameters:\n"
         f"  {TOKENS}:\n    role: batched_tokens\n    type: categorical\n    choices: {list(tokens)}\n"
-        "    flag: --max-num-batched-tokens\n    default: 2048\n"
+        f"    flag: --max-num-batched-tokens\n    default: {defaults[1]}\n"
         f"  {SEQS}:\n    role: max_seqs\n    type: categorical\n    choices: {list(seqs)}\n"
-        "    flag: --max-num-seqs\n    default: 128\n"
+        f"    flag: --max-num-seqs\n    default: {defaults[0]}\n"
     )
     return path
 
@@ -179,13 +238,13 @@ def _tool(args: Any, model: str, workload: Path, space: Path, work: Path) -> dic
         "--n-trials", str(args.n_trials), "--confirm-rounds", str(args.confirm_rounds),
         "--speed", f"{args.speed:g}", "--seed", str(args.seed),
         "--studies-dir", str(work), "--study", study, "--out", str(work / "best.yaml"),
-        *[f"--engine-arg={a}" for a in (c.QUICK_FIXED_ARGS if args.quick else c.FIXED_ARGS)],
-        *[f"--baseline-arg={a}" for a in c.BASELINE_ARGS],
+        "--capacity-min-level", args.min_level, "--startup-timeout", str(args.startup_timeout),
+        *[f"--engine-arg={a}" for a in args.fixed], *[f"--baseline-arg={a}" for a in args.baseline],
     ]  # fmt: skip
     if args.quick:
         cmd += ["--launcher", args.launcher or " ".join(c.FAKE_LAUNCHER), "--no-check-args"]
     else:
-        cmd += ["--profile", "cpu", *(["--launcher", args.launcher] if args.launcher else [])]
+        cmd += ["--profile", args.profile, *(["--launcher", args.launcher] if args.launcher else [])]
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [str(c.REPO), os.environ.get("PYTHONPATH")])),

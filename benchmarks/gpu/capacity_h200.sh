@@ -12,19 +12,22 @@
 #   call 2 (.gpu/c2 .gpu/s):        bash .gpu/s/install.sh c2 && T=400 bash benchmarks/gpu/capacity_h200.sh study
 #   call 3:                         bash benchmarks/gpu/capacity_h200.sh more     (2 more trials)
 #   call 4:                         bash benchmarks/gpu/capacity_h200.sh ab       (A B A B, export)
-#   call 5 (not ready yet):         bash benchmarks/gpu/capacity_h200.sh grid     (vLLM auto_tune.sh's method)
+#   call 5:                         bash benchmarks/gpu/capacity_h200.sh grid 256   (auto_tune.sh's method, one row)
+#   call 6:                         bash benchmarks/gpu/capacity_h200.sh grid 1024  (the other row)
 #
 # dry:   the commands of the baseline and 3 samples, each checked by vLLM's parser; the prior's lines.
 # study: the baseline (the defaults at share 0.15) and the prior's candidate, each bracketed on one start.
 # more:  the same study resumed, 2 more trials (the pruner stops those that cannot beat the best).
 # ab:    the same study, no new trial: the best against the baseline A B A B (each run a full bracket),
 #        then the export with its capacity line under $OUT.
-# grid:  benchmarks/capacity_vs_grid.py's grid method on the same model, workload and SLO (engine
-#        starts, wall, best capacity), beside the study's.
+# grid N: benchmarks/capacity_vs_grid.py's grid method (vLLM's auto_tune.sh: per cell one start, rate
+#        inf, then down 1 req/s until the SLO holds) on the same model, workload, share and SLO, one row
+#        of the grid per call (max-num-seqs N x max-num-batched-tokens 2048 8192; 1024 x 8192 is vLLM
+#        0.26's default on an H200): engine starts, wall, best capacity, beside the study's.
 # The study lives in /root/cap between calls; each call's files come back under $OUT. T=S: the step's
 # time limit (default 560 s).
 set -uo pipefail
-STEP=${1:?usage: capacity_h200.sh dry|study|more|ab|grid}
+STEP=${1:?usage: capacity_h200.sh dry|study|more|ab|grid N}
 source .gpu/s/env.sh
 export PYTHONPATH=$PWD:${PYTHONPATH:-} PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}
@@ -58,8 +61,17 @@ case "$STEP" in
   ab)    run ab --n-trials 0 --confirm-rounds 2 --out "$OUT/best.yaml"
          python3 -m autotune report --study cap --studies-dir "$R" -o "$OUT/report.html" > /dev/null 2>&1
          tar -czf "$OUT/cap.tar.gz" -C /root cap --exclude='*/cache' 2>/dev/null ;;
-  grid)  # not ready: benchmarks/capacity_vs_grid.py generates the CPU build's tiny model and takes
-         # examples/ workloads only; it needs --model, --engine-arg and a workload path for this step
-         echo "grid: not ready (capacity_vs_grid.py takes no --model/--engine-arg yet)"; exit 2 ;;
-  *) echo "usage: capacity_h200.sh dry|study|more|ab|grid"; exit 2 ;;
+  grid)  ROW=${2:?usage: capacity_h200.sh grid 256|1024}
+         snap > "$OUT/gpu-grid-$ROW.txt"
+         t0=$(date +%s)
+         timeout -s INT "${T:-560}" python3 benchmarks/capacity_vs_grid.py --only grid \
+           --model /root/m8b --workload benchmarks/gpu/rag_long.jsonl --profile cuda --launcher "$L" \
+           --engine-arg=--load-format=dummy --engine-arg=--max-model-len=8192 \
+           --engine-arg=--gpu-memory-utilization=0.15 --baseline-arg none --engine-defaults 1024,8192 \
+           --num-seqs "$ROW" --num-batched-tokens "2048 8192" --slo ttft_p90=400ms --startup-timeout 400 \
+           --work-dir /root/grid --json-out "$OUT/grid-$ROW.json" > "$OUT/grid-$ROW.stdout" 2> "$OUT/grid-$ROW.stderr"
+         echo "grid $ROW: exit $? after $(( $(date +%s) - t0 )) s" | tee -a "$OUT/gpu-grid-$ROW.txt"
+         left_over | tee -a "$OUT/gpu-grid-$ROW.txt"
+         tail -30 "$OUT/grid-$ROW.stdout" ;;
+  *) echo "usage: capacity_h200.sh dry|study|more|ab|grid N"; exit 2 ;;
 esac
