@@ -122,11 +122,14 @@ def _run(setup: GroupSetup, common: StudySpec) -> int:
             )
     chosen, header = _confirm(setup, evaluate, study, base, best, common)
     target = common.out or sdir / "export"
-    written = export_group(setup, evaluate, chosen, target, header)
+    written = export_group(setup, evaluate, chosen, target, header, export_format=common.export_format)
     record_deployed(study, chosen, written)  # a night re-measures it as its incumbent
     for model, path in written.configs.items():
         out.print(f"wrote {path} ({model})", soft_wrap=True)
     out.print(f"launch the group as measured: sh {written.launch}", soft_wrap=True)
+    if written.group_file is not None:
+        out.print(f"wrote {written.group_file} ({common.export_format}: every model)", soft_wrap=True)
+        out.print(f"deploy: {written.deploy}", soft_wrap=True)
     return 0
 
 

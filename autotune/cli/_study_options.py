@@ -29,7 +29,15 @@ from autotune.spec import (
 # typer needs Optional[...] at runtime on Python 3.10
 # ruff: noqa: UP045
 
-__all__ = ["FILE_HELP", "Storage", "StudiesDir", "cli_option", "explicit_flags", "study_command"]
+__all__ = [
+    "FILE_HELP",
+    "ExportFormatOption",
+    "Storage",
+    "StudiesDir",
+    "cli_option",
+    "explicit_flags",
+    "study_command",
+]
 
 FILE_HELP = (
     "Study file (YAML): every option below as a key (its long name with underscores); a flag given here "
@@ -98,6 +106,7 @@ def cli_option(name: str, command: str | None = None) -> tuple[Any, Any]:
 Storage = cli_option("storage")[0]
 ExportPath = cli_option("out")[0]
 StudiesDir = cli_option("studies_dir")[0]
+ExportFormatOption = cli_option("export_format")[0]
 
 
 def explicit_flags(ctx: typer.Context, values: Mapping[str, Any]) -> dict[str, Any]:

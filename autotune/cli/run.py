@@ -194,7 +194,7 @@ def _confirm_and_export(
 ) -> None:
     """Choose the trial to export (a doubtful best passed over), re-measure it against the baseline,
     export it; say what was passed over, what got worse than the baseline, and how to deploy it."""
-    from autotune.export import export_best
+    from autotune.export import export_best, exporter_for
 
     metric = setup.objective.metric
     choice = choose_export(st, metric, floor=min_improvement)
@@ -214,14 +214,20 @@ def _confirm_and_export(
     def check(argv: Any) -> str | None:
         return None if checker is None else checker.check(list(argv)).error
 
+    fmt = setup.choices.export_format
     best, exported = export_best(
-        st, out=target, trial=chosen, check=check, notes=[*notes, *([costs] if costs else [])]
+        st,
+        out=target,
+        trial=chosen,
+        check=check,
+        notes=[*notes, *([costs] if costs else [])],
+        export_format=fmt,
     )
     out.print(f"best: trial {best.number} {metric} = {fmt_value(metric, best.value)}")
     if costs:
         out.print(costs, soft_wrap=True)
-    out.print(f"wrote {target}")
-    out.print(f"deploy: {exported.deploy_command(target)}", soft_wrap=True)
+    out.print(f"wrote {target}" + ("" if fmt == "vllm-config" else f" ({fmt})"))
+    out.print(f"deploy: {exporter_for(fmt).deploy_command(exported, target)}", soft_wrap=True)
     out.print(f"or:     {exported.command}", soft_wrap=True)
     saturated = saturation_summary(st)
     if saturated is not None:

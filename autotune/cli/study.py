@@ -11,7 +11,7 @@ import typer
 from autotune.cli._console import console, out
 from autotune.cli._open import existing_study
 from autotune.cli._render import group_table, study_table
-from autotune.cli._study_options import Storage, StudiesDir
+from autotune.cli._study_options import ExportFormatOption, Storage, StudiesDir
 from autotune.errors import ConfigError, StorageError
 from autotune.tuning import GROUP_FINGERPRINT_ATTR
 
@@ -24,6 +24,7 @@ __all__ = ["export", "show"]
 def export(
     study: Annotated[str, typer.Option(help="Study name.")],
     out_path: Annotated[Path, typer.Option("--out", help="Where to write the YAML.")] = Path("best.yaml"),
+    export_format: ExportFormatOption = "vllm-config",
     model: Annotated[
         Optional[str],
         typer.Option(
@@ -36,11 +37,13 @@ def export(
     storage: Storage = None,
     studies_dir: StudiesDir = Path("studies"),
 ) -> None:
-    """Export a study's best feasible trial as `vllm serve --config` YAML: exactly the command that was
-    measured (fixed flags included). The study is not modified."""
-    from autotune.export import export_best
+    """Export a study's best feasible trial as `vllm serve --config` YAML (or production-stack Helm values,
+    --export-format helm-values): exactly the command that was measured (fixed flags included). The study
+    is not modified."""
+    from autotune.export import export_best, exporter_for
     from autotune.study import choose_export, export_costs
 
+    exporter = exporter_for(export_format)  # a bad format is said before the study is opened
     st = existing_study(storage, study, studies_dir)
     if GROUP_FINGERPRINT_ATTR in st.user_attrs:  # a group study
         raise ConfigError(
@@ -67,11 +70,13 @@ def export(
         chosen, notes = choice.trial, choice.lines(metric, then)
     costs = export_costs(st, chosen, metric) if chosen is not None else None
     notes += [costs] if costs else []
-    best, exported = export_best(st, out=out_path, trial=chosen, model=model, notes=notes)
+    best, exported = export_best(
+        st, out=out_path, trial=chosen, model=model, notes=notes, export_format=export_format
+    )
     out.print(f"trial {best.number}; wrote {out_path}")
     for line in notes:
         out.print(line, soft_wrap=True)
-    out.print(f"deploy: {exported.deploy_command(out_path)}", soft_wrap=True)
+    out.print(f"deploy: {exporter.deploy_command(exported, out_path)}", soft_wrap=True)
     out.print(exported.command, soft_wrap=True)
 
 

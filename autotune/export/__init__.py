@@ -1,7 +1,10 @@
-"""Export the best configuration: ``vllm serve --config`` YAML and the equivalent command line."""
+"""Export the best configuration: ``vllm serve --config`` YAML (the default) or production-stack
+Helm values (``--export-format helm-values``, :func:`exporter_for`), and the equivalent command line."""
 
 from __future__ import annotations
 
+from autotune.export._chart import CHART_COMMIT, chart_command
+from autotune.export._seam import Exporter, exporter_for
 from autotune.export._study import export_best, exports_the_same, measured_engine_argv, measured_launcher
 from autotune.export._yaml import (
     SERVE_LAUNCHER,
@@ -11,18 +14,24 @@ from autotune.export._yaml import (
     config_to_argv,
     runnable_launcher,
     write_export,
+    write_text,
 )
 
 __all__ = [
+    "CHART_COMMIT",
     "SERVE_LAUNCHER",
     "ExportedConfig",
+    "Exporter",
     "args_to_config",
     "build_export",
+    "chart_command",
     "config_to_argv",
     "export_best",
+    "exporter_for",
     "exports_the_same",
     "measured_engine_argv",
     "measured_launcher",
     "runnable_launcher",
     "write_export",
+    "write_text",
 ]

@@ -7,10 +7,8 @@ command line (not from today's options), and checked against it flag by flag bef
 from __future__ import annotations
 
 import datetime as dt
-import json
 import os
 import statistics
-from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -18,7 +16,8 @@ import optuna
 import yaml
 
 from autotune.errors import ExportError
-from autotune.export._yaml import ExportedConfig, build_export, config_to_argv, typed_value, write_export
+from autotune.export._seam import exporter_for
+from autotune.export._yaml import ExportedConfig, build_export, canonical_flags, config_to_argv, write_text
 from autotune.space import flag_pairs
 from autotune.study import (
     TrialRecord,
@@ -70,14 +69,6 @@ def absolute_model(model: str) -> str:
     return os.path.abspath(os.path.expanduser(model)) if os.path.exists(os.path.expanduser(model)) else model
 
 
-def _canonical(argv: Sequence[str]) -> Counter[tuple[str, str | None]]:
-    """Flags as vLLM reads them: ``_`` = ``-``, JSON by content, numbers by value."""
-    return Counter(
-        (n.replace("_", "-"), None if v is None else json.dumps(typed_value(v), sort_keys=True))
-        for n, v in flag_pairs(argv)
-    )
-
-
 def exports_the_same(trial: optuna.trial.FrozenTrial, path: Path) -> bool:
     """Would exporting ``trial`` write the engine command already in ``path`` (header comments and the
     model's path aside)? False when ``path`` is missing or unreadable."""
@@ -89,7 +80,7 @@ def exports_the_same(trial: optuna.trial.FrozenTrial, path: Path) -> bool:
     if not isinstance(data, dict):
         return False
     data.pop("model", None)
-    return _canonical(measured_engine_argv(rec.command)[1]) == _canonical(config_to_argv(data))
+    return canonical_flags(measured_engine_argv(rec.command)[1]) == canonical_flags(config_to_argv(data))
 
 
 def _header(study: optuna.Study, best: optuna.trial.FrozenTrial, rec: TrialRecord) -> list[str]:
@@ -184,14 +175,17 @@ def export_best(
     model: str | None = None,
     check: Callable[[Sequence[str]], str | None] | None = None,
     notes: Sequence[str] = (),
+    export_format: str = "vllm-config",
 ) -> tuple[optuna.trial.FrozenTrial, ExportedConfig]:
     """Export ``trial`` (default: the best feasible one) as it was measured.
 
     ``model``: write this model instead of the measured one (a path that differs on the serving
     host; the measured one is written absolute when it is a local path). ``check``: the engine's own
     parser (returns an error or None), asked before writing. ``notes``: more header lines (why the
-    study's best was passed over, what got worse than the baseline).
+    study's best was passed over, what got worse than the baseline). ``export_format``: what ``out``
+    is (:func:`autotune.export.exporter_for`), the engine named after its model.
     """
+    exporter = exporter_for(export_format)  # a bad format is said before the study is read
     best = trial or best_feasible(study)
     if best is None:
         raise ExportError(
@@ -208,9 +202,11 @@ def export_best(
         env=rec.rendered_env,
         header_lines=[*_header(study, best, rec), *notes],
         launcher=measured_launcher(rec.command),
+        engine=rec.engine,
+        host_peak_bytes=_rss_peak(rec),
     )
     written = config_to_argv({k: v for k, v in exported.config.items() if k != "model"})
-    if _canonical(written) != _canonical(flags):
+    if canonical_flags(written) != canonical_flags(flags):
         raise ExportError(
             f"the export of trial {best.number} would differ from the measured command "
             f"({' '.join(written)} vs {' '.join(flags)}); nothing was written"
@@ -219,6 +215,13 @@ def export_best(
         error = check(["--model", str(exported.config["model"]), *written])
         if error:
             raise ExportError(f"vLLM's parser rejects the exported config: {error}; nothing was written")
+    text = exporter.render({os.path.basename(str(exported.config["model"])) or "model": exported})
     if out is not None:
-        write_export(exported, out)
+        write_text(out, text)
     return best, exported
+
+
+def _rss_peak(rec: TrialRecord) -> int | None:
+    """The engine's peak host memory (its process tree's RSS) as the trial sampled it, if it did."""
+    peak = rec.memory.get("rss_peak")
+    return peak if isinstance(peak, int) and not isinstance(peak, bool) and peak > 0 else None

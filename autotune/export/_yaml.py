@@ -10,6 +10,7 @@ import shlex
 import shutil
 import sys
 import tempfile
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,11 +24,15 @@ from autotune.space import flag_pairs
 __all__ = [
     "SERVE_LAUNCHER",
     "ExportedConfig",
+    "VllmConfigExporter",
     "args_to_config",
     "build_export",
+    "canonical_flags",
     "config_to_argv",
+    "render_vllm_config",
     "runnable_launcher",
     "write_export",
+    "write_text",
 ]
 
 # Set by autotune for each trial, meaningless in deployment.
@@ -106,6 +111,14 @@ def config_to_argv(config: Mapping[str, Any]) -> list[str]:
     return argv
 
 
+def canonical_flags(argv: Sequence[str]) -> Counter[tuple[str, str | None]]:
+    """Flags as vLLM reads them: ``_`` = ``-``, JSON by content, numbers by value."""
+    return Counter(
+        (n.replace("_", "-"), None if v is None else json.dumps(typed_value(v), sort_keys=True))
+        for n, v in flag_pairs(argv)
+    )
+
+
 def numerics_lines(tuned: Mapping[str, Any]) -> list[str]:
     """A tuned value that changes the model's numerics (an fp8 KV cache) is said in the export."""
     dtype = str(tuned.get("kv-cache-dtype", "auto"))
@@ -124,6 +137,9 @@ class ExportedConfig:
     env: Mapping[str, str]  # environment the config needs (names and values, never secrets)
     header: str  # comment block: study, trial, figures
     launcher: tuple[str, ...] = SERVE_LAUNCHER  # what starts vLLM here (see runnable_launcher)
+    lines: tuple[str, ...] = ()  # the header's lines before its deploy line (another format's header)
+    engine: str | None = None  # what measured it, e.g. "vllm 0.32.0 (cuda build)"
+    host_peak_bytes: int | None = None  # the engine's peak host memory (its processes' RSS), if sampled
 
     def deploy_command(self, config_path: str | Path) -> str:
         """The command that serves this config from ``config_path`` with the vLLM found here."""
@@ -138,9 +154,12 @@ def build_export(
     env: Mapping[str, str],
     header_lines: Sequence[str],
     launcher: Sequence[str] = SERVE_LAUNCHER,
+    engine: str | None = None,
+    host_peak_bytes: int | None = None,
 ) -> ExportedConfig:
     """``launcher``: how the trial started vLLM (the deploy command uses it, see
-    :func:`runnable_launcher`); the header's ``THIS_FILE`` deploy line is added here."""
+    :func:`runnable_launcher`); the header's ``THIS_FILE`` deploy line is added here. ``engine`` and
+    ``host_peak_bytes``: what measured it and its peak host memory (the Helm values' image and request)."""
     run = runnable_launcher(launcher)
     config: dict[str, Any] = {"model": model}
     config.update(args_to_config(list(fixed_argv)))
@@ -158,18 +177,37 @@ def build_export(
     where = shlex.quote(model) if run[-1:] == ("serve",) else f"--model {shlex.quote(model)}"
     command = f"{env_prefix + ' ' if env_prefix else ''}{head} {where} {flags}".strip()
     deploy = f"deploy: {head} --config THIS_FILE"
-    lines = [*header_lines, *numerics_lines(tuned), deploy]
-    header = "\n".join(f"# {line}" if line else "#" for line in lines)
-    return ExportedConfig(config=config, command=command, env=dict(env), header=header, launcher=run)
+    lines = (*header_lines, *numerics_lines(tuned))
+    header = "\n".join(f"# {line}" if line else "#" for line in (*lines, deploy))
+    return ExportedConfig(
+        config=config,
+        command=command,
+        env=dict(env),
+        header=header,
+        launcher=run,
+        lines=lines,
+        engine=engine,
+        host_peak_bytes=host_peak_bytes,
+    )
 
 
-def write_export(exported: ExportedConfig, path: Path) -> None:
-    """Write atomically: a failed export never leaves a half-written file."""
-    path = Path(path)
+def render_vllm_config(exported: ExportedConfig) -> str:
+    """The text of a ``vllm serve --config`` file: the header, the config, the environment it needs."""
     body = yaml.safe_dump(dict(exported.config), sort_keys=False, default_flow_style=False)
     text = exported.header + "\n" + body
     if exported.env:
         text += "# environment: " + " ".join(f"{k}={v}" for k, v in exported.env.items()) + "\n"
+    return text
+
+
+def write_export(exported: ExportedConfig, path: Path) -> None:
+    """Write the ``vllm serve --config`` file atomically (see :func:`write_text`)."""
+    write_text(Path(path), render_vllm_config(exported))
+
+
+def write_text(path: Path, text: str) -> None:
+    """Write atomically: a failed export never leaves a half-written file."""
+    path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
@@ -183,3 +221,23 @@ def write_export(exported: ExportedConfig, path: Path) -> None:
             raise
     except OSError as exc:
         raise ExportError(f"{path}: cannot write the exported config: {exc.strerror}") from exc
+
+
+@dataclass(frozen=True)
+class VllmConfigExporter:
+    """``vllm-config``: the YAML ``vllm serve --config`` reads, one file per engine (a group writes
+    one per model and a launch script; it adds no file of its own)."""
+
+    name: str = "vllm-config"
+    group_file: str | None = None
+
+    def render(self, engines: Mapping[str, ExportedConfig]) -> str:
+        if len(engines) != 1:
+            raise ExportError(
+                f"a vllm-config file holds one engine, not {len(engines)} ({', '.join(engines)}): "
+                "each model of a group has its own"
+            )
+        return render_vllm_config(next(iter(engines.values())))
+
+    def deploy_command(self, exported: ExportedConfig, path: str | Path) -> str:
+        return exported.deploy_command(path)

@@ -15,11 +15,13 @@ from autotune.spec._file import (
     study_record,
 )
 from autotune.spec._group import GroupFile, load_group_file, parse_bytes
-from autotune.spec._model import COMMANDS, StudySpec
+from autotune.spec._model import COMMANDS, EXPORT_FORMATS, ExportFormat, StudySpec
 from autotune.spec._render import commented_study_file
 
 __all__ = [
     "COMMANDS",
+    "EXPORT_FORMATS",
+    "ExportFormat",
     "GroupFile",
     "StudySpec",
     "commented_study_file",

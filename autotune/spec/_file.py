@@ -172,6 +172,8 @@ def _validate(values: Mapping[str, Any], source: StudyFile | None) -> StudySpec:
 
 def _hint(name: str) -> str:
     tp = StudySpec.model_fields[name].annotation
+    if typing.get_origin(tp) is typing.Literal:
+        return "one of " + ", ".join(str(choice) for choice in typing.get_args(tp))
     return f"a value of type {getattr(tp, '__name__', None) or str(tp).replace('typing.', '')}"
 
 

@@ -17,15 +17,18 @@ Each field's ``json_schema_extra`` says where it applies:
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from autotune.spec._duration import parse_duration
 
-__all__ = ["COMMANDS", "StudySpec"]
+__all__ = ["COMMANDS", "EXPORT_FORMATS", "ExportFormat", "StudySpec"]
 
 COMMANDS = ("run", "worker", "nightly", "compare")
+# What the best configuration is written as (autotune/export/: one exporter per format)
+ExportFormat = Literal["vllm-config", "helm-values"]
+EXPORT_FORMATS: tuple[str, ...] = get_args(ExportFormat)
 _MEASURE = COMMANDS
 _STUDY = ("run", "worker", "nightly")
 
@@ -273,6 +276,11 @@ class StudySpec(BaseModel):
     out: Path | None = _opt(
         None, "Where the best (a night: the promoted) config YAML is written. Default: STUDIES_DIR/STUDY/best.yaml.",
         commands=("run", "nightly"),
+    )  # fmt: skip
+    export_format: ExportFormat = _opt(
+        "vllm-config", "What --out is: vllm-config, a YAML for `vllm serve --config`; helm-values, a values.yaml "
+        "for vLLM's production-stack Helm chart (one modelSpec per model; a group writes it beside its files). "
+        "See docs/export.md.", commands=("run",),
     )  # fmt: skip
     incumbent: Path | None = _opt(
         None, "The deployed config (YAML). Default: --out when it exists (whoever wrote it), else the study's "

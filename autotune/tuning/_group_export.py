@@ -13,7 +13,9 @@ its share of the budget and its own configuration) into the ``out`` folder, each
 installed vLLM's own parser before anything is written, plus ``launch.sh``, which starts the group as
 it was measured (each engine its own port, from ``base_port`` up, and on the CPU build its own cores;
 engines that share a GPU one at a time, each once the one before it answers ``/health``, as a trial
-starts them: vLLM sizes its KV cache from the memory it sees used while it profiles).
+starts them: vLLM sizes its KV cache from the memory it sees used while it profiles). Another
+``export_format`` adds its one file for the whole group (``helm-values``: ``values.yaml``, one
+modelSpec per model); the per-model files stay, as a group night re-measures them.
 """
 
 from __future__ import annotations
@@ -33,9 +35,11 @@ from autotune.errors import ExportError
 from autotune.export import (
     ExportedConfig,
     build_export,
+    exporter_for,
     measured_engine_argv,
     measured_launcher,
     write_export,
+    write_text,
 )
 from autotune.study import ModelOutcome, group_score, member_params
 from autotune.tuning._group import GroupSetup
@@ -174,14 +178,17 @@ def confirm_group(
 
 @dataclass(frozen=True)
 class GroupExport:
-    """What was written: each model's YAML and the launch script."""
+    """What was written: each model's YAML and the launch script (and the group's file of another
+    export format, e.g. Helm values)."""
 
     configs: Mapping[str, Path]
     launch: Path
+    group_file: Path | None = None
+    deploy: str | None = None  # the command that deploys group_file
 
 
 def _model_export(
-    setup: GroupSetup, trial: optuna.trial.FrozenTrial, name: str, header: Sequence[str]
+    setup: GroupSetup, trial: optuna.trial.FrozenTrial, name: str, header: Sequence[str], engine: str | None
 ) -> ExportedConfig:
     attrs = trial.user_attrs.get(f"model:{name}") or {}
     command = attrs.get("command") or []
@@ -197,6 +204,7 @@ def _model_export(
         env={},
         header_lines=[*header, f"model {name} of the group, share {trial.user_attrs['split'][name]:.3f}"],
         launcher=measured_launcher(command),
+        engine=engine,
     )
     checker = next(m for m in setup.models if m.name == name).setup.checker()
     if checker is not None:
@@ -216,10 +224,17 @@ def export_group(
     header: Sequence[str],
     *,
     base_port: int = BASE_PORT,
+    export_format: str = "vllm-config",
 ) -> GroupExport:
-    """``NAME.yaml`` per model and ``launch.sh`` into ``out_dir`` (module docstring); every model is
-    checked before the first file is written."""
-    exports = {m.name: _model_export(setup, trial, m.name, header) for m in setup.models}
+    """``NAME.yaml`` per model and ``launch.sh`` into ``out_dir``, and ``export_format``'s group file
+    (module docstring); every model is checked, and the group file rendered, before the first file
+    is written."""
+    exporter = exporter_for(export_format)
+    exports = {
+        m.name: _model_export(setup, trial, m.name, header, evaluate.evaluators[m.name].engine_label)
+        for m in setup.models
+    }
+    group_text = exporter.render(exports) if exporter.group_file else None
     paths: dict[str, Path] = {}
     lines = [
         "#!/bin/sh",
@@ -251,4 +266,9 @@ def export_group(
         fh.write("\n".join(lines) + "\n")
     os.chmod(tmp, 0o755)
     os.replace(tmp, launch)
-    return GroupExport(paths, launch)
+    if not exporter.group_file or group_text is None:
+        return GroupExport(paths, launch)
+    group_file = Path(out_dir) / exporter.group_file
+    write_text(group_file, group_text)
+    deploy = exporter.deploy_command(exports[setup.models[0].name], group_file)
+    return GroupExport(paths, launch, group_file, deploy)
