@@ -33,12 +33,17 @@ export PYTHONPATH=$PWD:${PYTHONPATH:-} PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}
 R=/root/cap
 mkdir -p "$OUT" "$R"
+# The setting is 0.15 of an H200 (0.15 x 143771 MiB = 21566 MiB for weights, activations and KV). On
+# another card the share is scaled so the engine gets the same MiB, hence the same KV pool: on an H100
+# (81559 MiB) 0.2644. SHARE=x overrides; the card and the share go into every gpu-*.txt.
+TOTAL=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
+SHARE=${SHARE:-$(python3 -c "print(round(0.15 * 143771 / $TOTAL, 4))")}
 L="python3 -m vllm.entrypoints.cli.main serve"
 ARGS=(--workload benchmarks/gpu/rag_long.jsonl --model /root/m8b --space benchmarks/gpu/space_h200_long.yaml
       --launcher "$L" --engine-arg=--load-format=dummy --engine-arg=--max-model-len=8192
-      --engine-arg=--gpu-memory-utilization=0.15 --objective capacity --slo ttft_p90=400ms
+      --engine-arg=--gpu-memory-utilization=$SHARE --objective capacity --slo ttft_p90=400ms
       --study cap --studies-dir "$R")
-snap() { nvidia-smi --query-gpu=index,name,memory.used,memory.total --format=csv,noheader; }
+snap() { echo "share $SHARE: $(nvidia-smi --query-gpu=index,name,memory.used,memory.total --format=csv,noheader)"; }
 left_over() {
   echo "GPU after: $(snap)"
   echo "vllm processes left: $(pgrep -fc 'vllm.entrypoints' || true)"
@@ -67,7 +72,7 @@ case "$STEP" in
          timeout -s INT "${T:-560}" python3 benchmarks/capacity_vs_grid.py --only grid \
            --model /root/m8b --workload benchmarks/gpu/rag_long.jsonl --profile cuda --launcher "$L" \
            --engine-arg=--load-format=dummy --engine-arg=--max-model-len=8192 \
-           --engine-arg=--gpu-memory-utilization=0.15 --baseline-arg none --engine-defaults 1024,8192 \
+           --engine-arg=--gpu-memory-utilization=$SHARE --baseline-arg none --engine-defaults 1024,8192 \
            --num-seqs "$ROW" --num-batched-tokens "2048 8192" --slo ttft_p90=400ms --startup-timeout 400 \
            --work-dir /root/grid --json-out "$OUT/grid-$ROW.json" > "$OUT/grid-$ROW.stdout" 2> "$OUT/grid-$ROW.stderr"
          echo "grid $ROW: exit $? after $(( $(date +%s) - t0 )) s" | tee -a "$OUT/gpu-grid-$ROW.txt"
