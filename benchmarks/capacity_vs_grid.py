@@ -32,10 +32,12 @@ default benchmarks/results/capacity_vs_grid.json; none with ``--quick``).
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import json
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -48,9 +50,13 @@ import _levels
 import optuna
 from _auto_tune import SEQS, SOURCE, TOKENS, GridPlan, run_grid
 
+from autotune.bench._capacity import CapacityResult, base_request_rate, bracket_capacity
 from autotune.engine import install_signal_handlers
+from autotune.errors import EngineCrashed, EngineStartError
+from autotune.space import RenderedConfig
 from autotune.study import parse_slo, read_record
-from autotune.tuning import build_setup
+from autotune.trial._capacity import measure_level
+from autotune.tuning import TuningSetup, build_setup
 
 DEFAULT_JSON = c.REPO / "benchmarks" / "results" / "capacity_vs_grid.json"
 
@@ -112,6 +118,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0, help="seed of the Poisson arrivals and of the tool's study")
     p.add_argument("--only", choices=("grid", "tool"), help="run one side only")
     p.add_argument(
+        "--referee-rounds",
+        type=int,
+        default=2,
+        help="A B A B rounds measuring both methods' picks by one measure, the tool's bisection (default 2; 0: none)",
+    )
+    p.add_argument(
         "--grid-json",
         type=Path,
         help="with --only tool: compare against the grid of an earlier run's JSON (same model, workload, SLO)",
@@ -160,6 +172,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         result["grid_from"] = {"json": str(args.grid_json), "env": earlier.get("env")}
     if "grid" in result and "tool" in result:
         result["comparison"] = _compare(result["grid"], result["tool"], args.tolerance)
+        if args.referee_rounds > 0:
+            with build_setup(choices) as setup:
+                result["referee"] = _referee(
+                    setup, result["grid"]["best"], result["tool"]["exported"], args, work / "referee"
+                )
     c.write_json(args.json_out, result)
     print(markdown(result))
     return 0
@@ -180,7 +197,7 @@ def _defaults(args: Any) -> None:
     args.baseline = (
         tuple(a for a in args.baseline_arg if a != "none") if args.baseline_arg else c.BASELINE_ARGS
     )
-    args.platform = "cpu" if args.quick else args.profile
+    args.platform = "cpu" if args.quick else args.profile.split("-")[0]  # cuda-native, cuda-lmcache: cuda
 
 
 def _engine(args: Any) -> dict[str, Any]:
@@ -331,6 +348,94 @@ def _read_study(work: Path, name: str) -> dict[str, Any]:
     }
 
 
+# -- the referee: both picks by one measure ------------------------------------------------------
+def _pick_args(row: Mapping[str, Any] | None, defaults: tuple[int, int]) -> tuple[str, ...]:
+    """A method's pick as flags on top of the fixed and baseline ones (the defaults' own values where it
+    picked vLLM's defaults, so both arms name the same two flags)."""
+    params = {} if row is None else row.get("params", row)
+    seqs, tokens = params.get(SEQS, defaults[0]), params.get(TOKENS, defaults[1])
+    return ("--max-num-seqs", str(seqs), "--max-num-batched-tokens", str(tokens))
+
+
+def _referee(
+    setup: TuningSetup, grid_best: Mapping[str, Any] | None, tool_best: Mapping[str, Any] | None, args: Any,
+    work: Path,
+) -> dict[str, Any]:  # fmt: skip
+    """The two methods report capacity by two measures (the grid: Poisson arrivals at a rate stepped down
+    1 req/s; the tool: the file's own arrivals scaled), so their own figures do not compare. Here both
+    picks are measured by one, A B A B (``--referee-rounds``), each run a fresh engine start and the
+    tool's bisection as every capacity trial runs it (the same plan, warm-up and cache resets)."""
+    assert setup.capacity is not None
+    plan, base_rps = setup.capacity, base_request_rate(setup.workload, setup.arrival)
+    defaults = tuple(int(x) for x in args.engine_defaults.split(","))
+    arms = {"grid": _pick_args(grid_best, defaults), "tool": _pick_args(tool_best, defaults)}  # type: ignore[arg-type]
+    work.mkdir(parents=True, exist_ok=True)
+    runs: dict[str, list[dict[str, Any]]] = {"grid": [], "tool": []}
+    if arms["grid"] == arms["tool"]:
+        return {"same_configuration": True, "args": list(arms["grid"]), "runs": runs}
+    for r in range(args.referee_rounds):
+        for arm in ("grid", "tool"):
+            runs[arm].append(_referee_run(setup, arms[arm], plan, base_rps, work / f"{arm}-{r + 1}.log"))
+    med = {arm: _median([x["capacity"] for x in runs[arm] if x.get("capacity") is not None]) for arm in runs}
+    spread = {
+        arm: _range([x["capacity"] for x in runs[arm] if x.get("capacity") is not None]) for arm in runs
+    }
+    g, t = med["grid"], med["tool"]
+    noise = max((hi - lo for lo, hi in spread.values() if lo is not None and hi is not None), default=0.0)
+    return {
+        "same_configuration": False,
+        "args": {arm: list(a) for arm, a in arms.items()},
+        "runs": runs,
+        "median": med,
+        "range": spread,
+        "noise_rps": noise,  # the wider arm's range across its own runs: the measure's run-to-run spread
+        "tool_vs_grid": None if not g or t is None else t / g,
+        # at least the grid's pick within noise: the tool's median no lower than the grid's less the spread
+        # either arm showed across its own starts, or the tolerance, whichever is larger
+        "tool_at_least_grid_within_noise": (
+            None if g is None or t is None else t >= g - max(noise, g * args.tolerance)
+        ),
+    }
+
+
+def _referee_run(
+    setup: TuningSetup, flags: tuple[str, ...], plan: Any, base_rps: float, log: Path
+) -> dict[str, Any]:
+    try:
+        with _levels.started_engine(
+            setup, RenderedConfig(args=flags), log, cache_dir=log.parent / "cache"
+        ) as proc:
+            result = asyncio.run(_bisect(setup, proc.base_url, plan, base_rps))
+            proc.check_alive()
+    except (EngineStartError, EngineCrashed) as exc:
+        c.log.warning("referee %s: engine failed: %s", " ".join(flags), exc)
+        return {"status": "failed", "reason": str(exc)}
+    held, broke = result.held, result.broke
+    c.log.info("referee %s: %.3g req/s", " ".join(flags), result.capacity_rps)
+    return {
+        "status": "ok",
+        "startup_s": proc.startup_s,
+        "capacity": result.capacity_rps if held is not None else None,
+        "capacity_x": None if held is None else held.multiplier,
+        "capacity_hi_x": None if broke is None else broke.multiplier,
+        "served_rps": None if held is None else held.figures.request_throughput,
+        "levels": len(result.levels),
+    }
+
+
+async def _bisect(setup: TuningSetup, base_url: str, plan: Any, base_rps: float) -> CapacityResult:
+    async with _levels.level_context(setup, base_url, setup.arrival) as ctx:
+        return await bracket_capacity(plan, base_rps, lambda m: measure_level(ctx, plan, base_rps, m))
+
+
+def _median(xs: Sequence[float]) -> float | None:
+    return float(statistics.median(xs)) if xs else None
+
+
+def _range(xs: Sequence[float]) -> tuple[float | None, float | None]:
+    return (min(xs), max(xs)) if xs else (None, None)
+
+
 # -- the comparison ----------------------------------------------------------------------------------
 def _compare(grid: Mapping[str, Any], tool: Mapping[str, Any], tolerance: float) -> dict[str, Any]:
     g, t = grid["best"], tool["exported"]
@@ -391,7 +496,32 @@ def markdown(r: Mapping[str, Any]) -> str:
         parts += _tool_md(r["tool"])
     if r.get("comparison") is not None:
         parts += _compare_md(r["grid"], r["tool"], r["comparison"], r["tolerance"])
+    if r.get("referee") is not None:
+        parts += _referee_md(r["referee"])
     return "\n".join(parts)
+
+
+def _referee_md(ref: Mapping[str, Any]) -> list[str]:
+    if ref["same_configuration"]:
+        return [f"\nReferee: both methods picked `{' '.join(ref['args'])}`; nothing to tell apart."]
+    rows = []
+    for arm in ("grid", "tool"):
+        caps = [x.get("capacity") if x["status"] == "ok" else "failed" for x in ref["runs"][arm]]
+        lo, hi = ref["range"][arm]
+        rows.append([
+            f"{arm}'s pick", f"`{' '.join(ref['args'][arm])}`",
+            ", ".join("none held" if x is None else x if isinstance(x, str) else f"{x:.3g}" for x in caps),
+            "-" if ref["median"][arm] is None else f"{ref['median'][arm]:.3g}",
+            "-" if lo is None else f"{lo:.3g}-{hi:.3g}",
+        ])  # fmt: skip
+    ratio = "-" if ref["tool_vs_grid"] is None else f"{ref['tool_vs_grid']:.2f}x"
+    verdict = {True: "yes", False: "**no**", None: "-"}[ref["tool_at_least_grid_within_noise"]]
+    return [
+        "\nReferee: both picks by one measure (the tool's bisection, one engine start a run, A B A B):\n",
+        c.md_table(["arm", "flags", "capacity req/s by run", "median", "range"], rows),
+        f"\nTool's pick against the grid's, by one measure: {ratio}; at least the grid's within noise "
+        f"({ref['noise_rps']:.3g} req/s, the wider arm's range): {verdict}.",
+    ]
 
 
 def _grid_md(grid: Mapping[str, Any]) -> list[str]:

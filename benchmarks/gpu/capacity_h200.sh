@@ -70,7 +70,7 @@ case "$STEP" in
          snap > "$OUT/gpu-grid-$ROW.txt"
          t0=$(date +%s)
          timeout -s INT "${T:-560}" python3 benchmarks/capacity_vs_grid.py --only grid \
-           --model /root/m8b --workload benchmarks/gpu/rag_long.jsonl --profile cuda --launcher "$L" \
+           --model /root/m8b --workload benchmarks/gpu/rag_long.jsonl --profile cuda-native --launcher "$L" \
            --engine-arg=--load-format=dummy --engine-arg=--max-model-len=8192 \
            --engine-arg=--gpu-memory-utilization=$SHARE --baseline-arg none --engine-defaults 1024,8192 \
            --num-seqs "$ROW" --num-batched-tokens "2048 8192" --slo ttft_p90=400ms --startup-timeout 400 \
