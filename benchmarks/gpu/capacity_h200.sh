@@ -11,7 +11,7 @@
 #   call 1 (.gpu/c1 .gpu/p .gpu/s): bash .gpu/s/install.sh c1 && python3 .gpu/s/untar.py .gpu/p/p.tar.xz /root/site && bash benchmarks/gpu/capacity_h200.sh dry
 #   call 2 (.gpu/c2 .gpu/s):        bash .gpu/s/install.sh c2 && T=400 bash benchmarks/gpu/capacity_h200.sh study
 #   call 3:                         bash benchmarks/gpu/capacity_h200.sh more     (2 more trials)
-#   call 4:                         bash benchmarks/gpu/capacity_h200.sh ab       (A B A B, export)
+#   call 4:                         bash benchmarks/gpu/capacity_h200.sh ab       (A B A B, export; ROUNDS=1: A B, ~360 s)
 #   call 5:                         bash benchmarks/gpu/capacity_h200.sh grid 256   (auto_tune.sh's method, one row)
 #   call 6:                         bash benchmarks/gpu/capacity_h200.sh grid 1024  (the other row)
 #
@@ -63,7 +63,7 @@ case "$STEP" in
   dry)   run dry --dry-run --dry-run-samples 3 ;;
   study) run study --n-trials 2 --confirm-rounds 0 --out "$R/export-study.yaml" ;;
   more)  run more --n-trials 2 --confirm-rounds 0 --out "$R/export-more.yaml" ;;
-  ab)    run ab --n-trials 0 --confirm-rounds 2 --out "$OUT/best.yaml"
+  ab)    run ab --n-trials 0 --confirm-rounds "${ROUNDS:-2}" --out "$OUT/best.yaml"
          python3 -m autotune report --study cap --studies-dir "$R" -o "$OUT/report.html" > /dev/null 2>&1
          tar -czf "$OUT/cap.tar.gz" -C /root cap --exclude='*/cache' 2>/dev/null ;;
   grid)  ROW=${2:?usage: capacity_h200.sh grid 256|1024}
