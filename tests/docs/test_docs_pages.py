@@ -36,7 +36,7 @@ def broken_links(page: Path, root: Path = REPO) -> list[str]:
             continue
         path, _, anchor = target.partition("#")
         dest = (page.parent / path).resolve() if path else page
-        if not dest.exists() or not dest.is_relative_to(root):
+        if not dest.exists() or not dest.is_relative_to(root.resolve()):
             bad.append(f"{page.name}: {target} (no such file)")
         elif anchor and dest.suffix == ".md" and anchor not in _anchors(dest):
             bad.append(f"{page.name}: {target} (no heading with that anchor)")
