@@ -1,0 +1,149 @@
+"""This machine's engine costs, fitted (least squares, numpy) on measured replays.
+
+From each request's send time, time to first token and latency (client side, the replayer's
+:class:`~autotune.bench.RequestTiming`) and the prompt tokens the cache replay says its cache
+served (:func:`~autotune.predict.tier_hits`):
+
+- **prefill**: over requests that found no other request's prefill in progress when sent (no queue
+  ahead of them), ``TTFT = overhead + prefill x uncached tokens + host x tokens loaded from a host
+  pool + decode-slowdown x requests decoding``;
+- **decode**: ``TPOT = step + per-request x running requests`` (the mean number decoding during the
+  request's own decode, itself included).
+
+A coefficient that comes out negative (noise, or a term the data cannot separate) is dropped and
+the rest refitted: every cost is >= 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from autotune.bench import RequestTiming
+from autotune.predict._cache import TierHits
+
+__all__ = ["EngineCosts", "RequestTimes", "fit_costs"]
+
+_MIN_ALONE = 6  # fewer requests without a queue ahead: fit the prefill on every request
+
+
+@dataclass(frozen=True)
+class RequestTimes:
+    """One measured replay, arrays in workload order; seconds, NaN where a request failed."""
+
+    sent: np.ndarray
+    ttft: np.ndarray
+    latency: np.ndarray
+    output_tokens: np.ndarray
+
+    @classmethod
+    def from_timings(cls, timings: Sequence[RequestTiming], order: Sequence[str]) -> RequestTimes:
+        """The replayer's timings (sorted by send time) put in workload order by request id."""
+        by_id = {t.request_id: t for t in timings}
+        nan = float("nan")
+        rows = [by_id.get(i) for i in order]
+        return cls(
+            sent=np.array([t.sent if t else nan for t in rows], dtype=float),
+            ttft=np.array([t.ttft if t and t.ok and t.ttft is not None else nan for t in rows], dtype=float),
+            latency=np.array([t.latency if t and t.ok and t.latency is not None else nan for t in rows]),
+            output_tokens=np.array([t.output_tokens if t else 0 for t in rows], dtype=float),
+        )
+
+    @property
+    def ok(self) -> np.ndarray:
+        return np.asarray(np.isfinite(self.ttft) & np.isfinite(self.latency) & np.isfinite(self.sent))
+
+
+@dataclass(frozen=True)
+class EngineCosts:
+    """Seconds. ``host_s_per_token`` is None when no measured request loaded from a host pool."""
+
+    overhead_s: float
+    prefill_s_per_token: float
+    decode_slowdown_s: float  # added to a TTFT per request decoding when it was sent
+    step_s: float
+    step_s_per_seq: float
+    host_s_per_token: float | None = None
+    requests: int = 0  # measured requests the fit used
+
+    def as_dict(self) -> dict[str, float | int | None]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, object]) -> EngineCosts:
+        return cls(**data)  # type: ignore[arg-type]
+
+
+def _nonnegative_fit(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Least squares with every coefficient >= 0: negative ones dropped (set to 0) until none is."""
+    keep = np.ones(x.shape[1], dtype=bool)
+    coef = np.zeros(x.shape[1])
+    while keep.any():
+        sol, *_ = np.linalg.lstsq(x[:, keep], y, rcond=None)
+        if (sol >= 0).all():
+            coef[keep] = sol
+            return coef
+        idx = np.flatnonzero(keep)
+        keep[idx[np.argmin(sol)]] = False
+    return coef
+
+
+def _features(times: RequestTimes, hits: TierHits) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(prefill rows [1, uncached, host, decoding], their TTFTs, whether each had no queue ahead)."""
+    ok = times.ok
+    s, t, lat = times.sent[ok], times.ttft[ok], times.latency[ok]
+    first = s + t
+    ahead = (s[None, :] <= s[:, None]) & (s[:, None] < first[None, :])
+    np.fill_diagonal(ahead, False)
+    decoding = ((first[None, :] <= s[:, None]) & (s[:, None] < (s + lat)[None, :])).sum(axis=1)
+    rows = np.column_stack([np.ones(ok.sum()), hits.uncached[ok], hits.host[ok], decoding.astype(float)])
+    return rows, t, ~ahead.any(axis=1)
+
+
+def _decode_rows(times: RequestTimes) -> tuple[np.ndarray, np.ndarray]:
+    """(mean requests decoding during each request's decode, its TPOT) of requests with 2+ tokens."""
+    ok = times.ok & (times.output_tokens > 1)
+    a = (times.sent + times.ttft)[ok]
+    b = (times.sent + times.latency)[ok]
+    span = np.maximum(b - a, 1e-9)
+    overlap = np.clip(np.minimum(b[:, None], b[None, :]) - np.maximum(a[:, None], a[None, :]), 0, None)
+    running = overlap.sum(axis=1) / span  # itself included (its own overlap is its span)
+    return running, (b - a) / (times.output_tokens[ok] - 1)
+
+
+def fit_costs(measured: Sequence[tuple[RequestTimes, TierHits]]) -> EngineCosts:
+    """The costs over every measured replay given (each with its own configuration's cache hits)."""
+    rows, ttfts, alone, running, tpots = [], [], [], [], []
+    for times, hits in measured:
+        r, t, a = _features(times, hits)
+        rows.append(r)
+        ttfts.append(t)
+        alone.append(a)
+        run, tp = _decode_rows(times)
+        running.append(run)
+        tpots.append(tp)
+    x, y, solo = np.vstack(rows), np.concatenate(ttfts), np.concatenate(alone)
+    if len(y) < 2:
+        raise ValueError("at least 2 measured requests are needed to fit the engine's costs")
+    if solo.sum() >= _MIN_ALONE:
+        x, y = x[solo], y[solo]
+    has_host = bool(x[:, 2].any())
+    if not has_host:
+        x[:, 2] = 0.0
+    prefill = _nonnegative_fit(x, y)
+    run, tp = np.concatenate(running), np.concatenate(tpots)
+    if len(tp) >= 2:
+        step, per_seq = _nonnegative_fit(np.column_stack([np.ones(len(run)), run]), tp)
+    else:
+        step, per_seq = (float(tp[0]) if len(tp) else 0.0), 0.0
+    return EngineCosts(
+        overhead_s=float(prefill[0]),
+        prefill_s_per_token=float(prefill[1]),
+        decode_slowdown_s=float(prefill[3]),
+        step_s=float(step),
+        step_s_per_seq=float(per_seq),
+        host_s_per_token=float(prefill[2]) if has_host else None,
+        requests=len(np.concatenate(ttfts)),
+    )

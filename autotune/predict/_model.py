@@ -1,0 +1,154 @@
+"""The calibrated model of a study: the cache replay (which prompt tokens each configuration's KV
+cache serves), the fitted engine costs and the arrivals' simulation, giving any candidate
+configuration its TTFT p50/p90 and TPOT p50 with an interval from the model's own measured error.
+
+Capacity at an SLO is not predicted yet; its seam is :meth:`LatencyModel.predict_at`: the same
+simulation with the arrivals compressed by a factor, which a search over the factor would turn into
+the highest load that meets the SLO.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from autotune.predict._cache import TierHits, tier_hits
+from autotune.predict._costs import EngineCosts, RequestTimes, fit_costs
+from autotune.predict._ledger import Interval, Ledger, interval_for
+from autotune.predict._simulate import EngineLimits, simulate
+
+__all__ = ["Candidate", "LatencyModel", "MeasuredTrial", "Prediction", "WorkloadShape"]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A configuration as the model sees it: its KV capacity (GPU tokens, block, host-pool tokens),
+    whether prefix caching is on, and the scheduler's two limits."""
+
+    label: str
+    gpu_kv_tokens: int
+    block_size: int
+    batched_tokens: int
+    max_seqs: int
+    pool_tokens: int = 0
+    caching: bool = True
+
+    @property
+    def limits(self) -> EngineLimits:
+        return EngineLimits(self.batched_tokens, self.max_seqs, self.gpu_kv_tokens)
+
+
+@dataclass(frozen=True)
+class WorkloadShape:
+    """The workload as replayed: request ids, prompt token ids, planned arrival offsets (s) and
+    output tokens, in workload order."""
+
+    ids: tuple[str, ...]
+    prompts: tuple[tuple[int, ...], ...]
+    arrivals: np.ndarray
+    outputs: np.ndarray
+
+
+@dataclass(frozen=True)
+class MeasuredTrial:
+    candidate: Candidate
+    times: RequestTimes
+
+    def ttft_p90_ms(self) -> float:
+        ok = self.times.ok
+        return float(np.percentile(self.times.ttft[ok], 90)) * 1000.0 if ok.any() else float("nan")
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """Predicted figures (ms) of one candidate; ``basis`` says what they were computed from."""
+
+    candidate: Candidate
+    ttft_p50_ms: float
+    ttft_p90_ms: float
+    tpot_p50_ms: float
+    interval: Interval  # of the p90 TTFT
+    hit_gpu: float
+    hit_host: float
+    basis: str
+
+    def line(self) -> str:
+        hits = f"prefix hits {self.hit_gpu:.1%}" + (f" + {self.hit_host:.1%} host" if self.hit_host else "")
+        return (
+            f"{self.candidate.label}: predicted TTFT p50 {self.ttft_p50_ms:.1f} ms, p90 {self.ttft_p90_ms:.1f} ms "
+            f"(interval {self.interval.describe()}), TPOT p50 {self.tpot_p50_ms:.2f} ms; {hits}"
+        )
+
+
+@dataclass
+class LatencyModel:
+    """Fit on measured trials (:meth:`fit`), predict any candidate (:meth:`predict`); the ledger's
+    errors set every prediction's interval."""
+
+    shape: WorkloadShape
+    costs: EngineCosts | None = None
+    ledger: Ledger = field(default_factory=Ledger)
+    fitted_on: int = 0  # trials
+    _hits: dict[tuple[int, int, int, bool], TierHits] = field(default_factory=dict)
+
+    def hits(self, c: Candidate) -> TierHits:
+        key = (c.block_size, c.gpu_kv_tokens, c.pool_tokens, c.caching)
+        if key not in self._hits:
+            self._hits[key] = tier_hits(
+                self.shape.prompts, c.block_size, c.gpu_kv_tokens, c.pool_tokens, caching=c.caching
+            )
+        return self._hits[key]
+
+    def fit(self, measured: Sequence[MeasuredTrial]) -> EngineCosts:
+        """Refit the costs on every trial measured so far (each with its own cache hits)."""
+        if not measured:
+            raise ValueError("no measured trial to fit the model on")
+        self.costs = fit_costs([(m.times, self.hits(m.candidate)) for m in measured])
+        self.fitted_on = len(measured)
+        return self.costs
+
+    def predict(self, candidate: Candidate) -> Prediction:
+        return self.predict_at(candidate, 1.0)
+
+    def predict_at(self, candidate: Candidate, load: float) -> Prediction:
+        """The prediction with the arrivals ``load`` times as dense (1: the workload as replayed)."""
+        if self.costs is None:
+            raise ValueError("the model is not fitted: call fit() on a measured trial first")
+        hits = self.hits(candidate)
+        sim = simulate(
+            self.shape.arrivals / load,
+            hits.prompt,
+            hits.uncached,
+            hits.host,
+            self.shape.outputs,
+            self.costs,
+            candidate.limits,
+        )
+        ttft = sim.ttft * 1000.0
+        tpot = sim.tpot[np.isfinite(sim.tpot)] * 1000.0
+        p90 = float(np.percentile(ttft, 90))
+        gpu, host = hits.share()
+        errors = self.ledger.errors
+        basis = (
+            f"costs fitted on {self.costs.requests} requests of {self.fitted_on} measured trial(s); "
+            f"interval from {len(errors)} measured error(s)"
+            + ("" if candidate.pool_tokens == 0 or self.costs.host_s_per_token is not None
+               else "; host-pool loads not measured yet: counted as free")
+        )  # fmt: skip
+        return Prediction(
+            candidate=candidate,
+            ttft_p50_ms=float(np.percentile(ttft, 50)),
+            ttft_p90_ms=p90,
+            tpot_p50_ms=float(np.median(tpot)) if len(tpot) else float("nan"),
+            interval=interval_for(p90, errors),
+            hit_gpu=gpu,
+            hit_host=host,
+            basis=basis,
+        )
+
+    def rank(self, candidates: Sequence[Candidate], top: int | None = None) -> list[Prediction]:
+        """Candidates by predicted p90 TTFT, best first."""
+        out = sorted((self.predict(c) for c in candidates), key=lambda p: p.ttft_p90_ms)
+        return out if top is None else out[:top]
