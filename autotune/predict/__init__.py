@@ -24,6 +24,7 @@ from autotune.predict._ledger import (
     interval_for,
 )
 from autotune.predict._model import Candidate, LatencyModel, MeasuredTrial, Prediction, WorkloadShape
+from autotune.predict._shape import workload_shape
 from autotune.predict._simulate import EngineLimits, Simulated, simulate
 
 __all__ = [
@@ -52,4 +53,5 @@ __all__ = [
     "simulate",
     "this_machine",
     "tier_hits",
+    "workload_shape",
 ]

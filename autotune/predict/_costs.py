@@ -4,9 +4,10 @@ From each request's send time, time to first token and latency (client side, the
 :class:`~autotune.bench.RequestTiming`) and the prompt tokens the cache replay says its cache
 served (:func:`~autotune.predict.tier_hits`):
 
-- **prefill**: over requests that found no other request's prefill in progress when sent (no queue
-  ahead of them), ``TTFT = overhead + prefill x uncached tokens + host x tokens loaded from a host
-  pool + decode-slowdown x requests decoding``;
+- **prefill**: over requests that found the engine idle when sent (nothing in prefill or decode; when
+  fewer than :data:`_MIN_ALONE`, those with no other prefill in progress, no queue ahead of them;
+  when fewer again, all), ``TTFT = overhead + prefill x uncached tokens + host x tokens loaded from
+  a host pool + decode-slowdown x requests decoding``;
 - **decode**: ``TPOT = step + per-request x running requests`` (the mean number decoding during the
   request's own decode, itself included).
 
@@ -127,7 +128,10 @@ def fit_costs(measured: Sequence[tuple[RequestTimes, TierHits]]) -> EngineCosts:
     x, y, solo = np.vstack(rows), np.concatenate(ttfts), np.concatenate(alone)
     if len(y) < 2:
         raise ValueError("at least 2 measured requests are needed to fit the engine's costs")
-    if solo.sum() >= _MIN_ALONE:
+    idle = solo & (x[:, 3] == 0)  # nothing decoding either: no step in flight to wait for
+    if idle.sum() >= _MIN_ALONE:
+        x, y = x[idle], y[idle]
+    elif solo.sum() >= _MIN_ALONE:
         x, y = x[solo], y[solo]
     has_host = bool(x[:, 2].any())
     if not has_host:

@@ -1,0 +1,96 @@
+"""The fits recover the costs that made the data, and the model predicts a configuration it has not
+seen from another's measurement."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from autotune.predict import EngineCosts, LatencyModel, RequestTimes, fit_costs, tier_hits
+from autotune.bench import RequestTiming
+from tests.unit.predict.conftest import TRUE, candidate, measured, shape
+
+
+def test_fit_recovers_the_costs_that_made_the_replay() -> None:
+    s = shape()
+    m = measured(s, candidate())
+    hits = tier_hits(s.prompts, 32, 100_000)
+
+    costs = fit_costs([(m.times, hits)])
+
+    assert costs.prefill_s_per_token == pytest.approx(TRUE.prefill_s_per_token, rel=0.1)
+    assert costs.step_s == pytest.approx(TRUE.step_s, rel=0.1)
+    assert costs.step_s_per_seq == pytest.approx(TRUE.step_s_per_seq, rel=0.3)
+    # the TTFT intercept is the overhead outside the steps plus the first step's fixed part
+    assert costs.overhead_s == pytest.approx(TRUE.overhead_s, abs=0.001)
+    assert costs.host_s_per_token is None  # no pool: no host load measured
+    assert costs.requests == len(s.ids)
+
+
+def test_fit_recovers_the_host_pool_load_cost() -> None:
+    s = shape(gap_s=0.15)
+    truth = EngineCosts(**{**TRUE.as_dict(), "host_s_per_token": 4e-6})  # type: ignore[arg-type]
+    c = candidate(kv=1_500, pool_tokens=50_000)  # a small GPU tier beside a pool
+    m = measured(s, c, costs=truth)
+    hits = tier_hits(s.prompts, 32, 1_500, 50_000)
+    assert hits.host.sum() > 0 and hits.gpu.sum() > 0  # both tiers serve
+
+    costs = fit_costs([(m.times, hits)])
+
+    assert costs.host_s_per_token == pytest.approx(4e-6, rel=0.1)
+    assert costs.prefill_s_per_token == pytest.approx(TRUE.prefill_s_per_token, rel=0.1)
+
+
+def test_costs_are_never_negative_on_noisy_data() -> None:
+    s = shape(n=60)
+    costs = fit_costs([(measured(s, candidate(), noise=0.3).times, tier_hits(s.prompts, 32, 100_000))])
+
+    assert all(v is None or v >= 0 for v in costs.as_dict().values())
+
+
+def test_a_model_fitted_on_one_configuration_predicts_another_within_10_percent() -> None:
+    s = shape(gap_s=0.05)
+    model = LatencyModel(s)
+    model.fit([measured(s, candidate(kv=100_000, block=32), noise=0.05)])
+    small = candidate(caching=False)  # prefix caching off: every prompt token computed
+
+    predicted = model.predict(small)
+    truth = measured(s, small).ttft_p90_ms()
+
+    assert predicted.hit_gpu == 0.0
+    assert predicted.ttft_p90_ms == pytest.approx(truth, rel=0.1)
+    assert model.predict(candidate()).hit_gpu > 0.5
+    ranked = model.rank([small, candidate()])
+    assert ranked[0].candidate == candidate()  # hits make it faster
+
+
+def test_queueing_is_predicted_when_the_step_budget_is_small() -> None:
+    """Chunked prefill with a small token budget queues a burst: the simulation sees it."""
+    s = shape(gap_s=0.03)
+    model = LatencyModel(s)
+    model.fit([measured(s, candidate())])
+    chunked = candidate(batched=64, seqs=4)
+
+    assert model.predict(chunked).ttft_p90_ms > 2 * model.predict(candidate()).ttft_p90_ms
+    assert model.predict(chunked).ttft_p90_ms == pytest.approx(measured(s, chunked).ttft_p90_ms(), rel=0.15)
+
+
+def test_request_times_follow_workload_order_by_request_id() -> None:
+    def timing(rid: str, sent: float, ok: bool = True) -> RequestTiming:
+        return RequestTiming(rid, None, sent, sent, 0.1 if ok else None, 0.5 if ok else None, (), 5, 10,
+                             error=None if ok else "HTTP 500: x")  # fmt: skip
+
+    times = RequestTimes.from_timings([timing("b", 1.0), timing("a", 0.0, ok=False)], ["a", "b", "c"])
+
+    assert times.sent[1] == 1.0 and times.ok.tolist() == [False, True, False]
+    assert np.isnan(times.ttft[0]) and np.isnan(times.sent[2])
+
+
+def test_cache_replay_matches_the_prior_on_one_tier() -> None:
+    # the prior's own replay (no package face exports it): the two must agree where they overlap
+    from autotune.tuning._prior_lru import chains_of, lru_hit_share
+
+    s = shape(n=80)
+    for capacity in (500, 2_000, 100_000):
+        gpu, _ = tier_hits(s.prompts, 32, capacity).share()
+        assert gpu == pytest.approx(lru_hit_share(chains_of(s.prompts, 32), capacity))
