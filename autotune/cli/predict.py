@@ -68,10 +68,10 @@ def predict(
         list[str] | None,
         typer.Option("--config", help="NAME=VALUE of a space parameter (repeat); none: rank the space."),
     ] = None,
-    space: Annotated[
-        Path | None, typer.Option(help="Search space (default: the calibration's).")
-    ] = None,
-    speed: Annotated[float, typer.Option(help="Replay speed: the workload's timestamps divided by it.")] = 1.0,
+    space: Annotated[Path | None, typer.Option(help="Search space (default: the calibration's).")] = None,
+    speed: Annotated[
+        float, typer.Option(help="Replay speed: the workload's timestamps divided by it.")
+    ] = 1.0,
     rate: Annotated[
         float | None, typer.Option(help="Poisson arrivals at N req/s (for a workload without timestamps).")
     ] = None,

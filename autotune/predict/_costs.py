@@ -52,6 +52,20 @@ class RequestTimes:
             output_tokens=np.array([t.output_tokens if t else 0 for t in rows], dtype=float),
         )
 
+    @classmethod
+    def from_arrays(cls, arrays: Mapping[str, np.ndarray]) -> RequestTimes:
+        """A trial's ``.requests.npz`` arrays (``autotune.trial.read_request_timings``). They hold no
+        request ids: rows are put in planned-send order, which is workload order for a workload whose
+        requests are in arrival order with distinct planned times (ties keep the replay's order)."""
+        order = np.argsort(arrays["scheduled"], kind="stable")
+        ok = arrays["ok"][order].astype(bool)
+        return cls(
+            sent=arrays["sent"][order].astype(float),
+            ttft=np.where(ok, arrays["ttft"][order], np.nan),
+            latency=np.where(ok, arrays["latency"][order], np.nan),
+            output_tokens=arrays["output_tokens"][order].astype(float),
+        )
+
     @property
     def ok(self) -> np.ndarray:
         return np.asarray(np.isfinite(self.ttft) & np.isfinite(self.latency) & np.isfinite(self.sent))

@@ -23,9 +23,12 @@ TRUE = EngineCosts(
 def shape(n: int = 200, seed: int = 0, gap_s: float = 0.08, docs: int = 6) -> WorkloadShape:
     """RAG-like prompts (one of ``docs`` shared documents, then a question) at Poisson arrivals."""
     rng = np.random.default_rng(seed)
-    documents = [tuple(int(x) for x in rng.integers(0, 30_000, size=int(rng.integers(200, 500)))) for _ in range(docs)]
+    documents = [
+        tuple(int(x) for x in rng.integers(0, 30_000, size=int(rng.integers(200, 500)))) for _ in range(docs)
+    ]
     prompts = tuple(
-        documents[int(rng.integers(docs))] + tuple(int(x) for x in rng.integers(0, 30_000, size=int(rng.integers(10, 80))))
+        documents[int(rng.integers(docs))]
+        + tuple(int(x) for x in rng.integers(0, 30_000, size=int(rng.integers(10, 80))))
         for _ in range(n)
     )
     return WorkloadShape(
@@ -36,11 +39,15 @@ def shape(n: int = 200, seed: int = 0, gap_s: float = 0.08, docs: int = 6) -> Wo
     )
 
 
-def candidate(kv: int = 100_000, block: int = 32, batched: int = 2048, seqs: int = 128, **kw: object) -> Candidate:
+def candidate(
+    kv: int = 100_000, block: int = 32, batched: int = 2048, seqs: int = 128, **kw: object
+) -> Candidate:
     return Candidate(f"kv={kv} block={block} batched={batched} seqs={seqs}", kv, block, batched, seqs, **kw)  # type: ignore[arg-type]
 
 
-def measured(s: WorkloadShape, c: Candidate, costs: EngineCosts = TRUE, noise: float = 0.0, seed: int = 1) -> MeasuredTrial:
+def measured(
+    s: WorkloadShape, c: Candidate, costs: EngineCosts = TRUE, noise: float = 0.0, seed: int = 1
+) -> MeasuredTrial:
     """What a replay of ``s`` on ``c`` would measure if the engine cost exactly ``costs`` (plus a
     relative noise of ``noise`` on every time)."""
     hits = tier_hits(s.prompts, c.block_size, c.gpu_kv_tokens, c.pool_tokens, caching=c.caching)

@@ -3,11 +3,13 @@ seen from another's measurement."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
-from autotune.predict import EngineCosts, LatencyModel, RequestTimes, fit_costs, tier_hits
 from autotune.bench import RequestTiming
+from autotune.predict import EngineCosts, LatencyModel, RequestTimes, fit_costs, tier_hits
 from tests.unit.predict.conftest import TRUE, candidate, measured, shape
 
 
@@ -94,3 +96,17 @@ def test_cache_replay_matches_the_prior_on_one_tier() -> None:
     for capacity in (500, 2_000, 100_000):
         gpu, _ = tier_hits(s.prompts, 32, capacity).share()
         assert gpu == pytest.approx(lru_hit_share(chains_of(s.prompts, 32), capacity))
+
+
+def test_request_times_from_a_trials_npz_are_in_workload_order(tmp_path: Path) -> None:
+    from autotune.trial import read_request_timings, write_request_timings
+
+    def timing(rid: str, scheduled: float, sent: float) -> RequestTiming:
+        return RequestTiming(rid, None, scheduled, sent, 0.1, 0.5, (), 5, 10)
+
+    # the replayer keeps them in send order: the second request left before the first, late
+    path = write_request_timings([timing("b", 1.0, 1.0), timing("a", 0.0, 1.2)], tmp_path / "t.npz")
+
+    times = RequestTimes.from_arrays(read_request_timings(path))
+
+    assert times.sent.tolist() == [1.2, 1.0]  # workload order: "a" (planned at 0) first

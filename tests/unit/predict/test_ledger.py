@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.predict import DEFAULT_HALF_WIDTH, MIN_ERRORS, Ledger, LatencyModel, interval_for
+from autotune.predict import DEFAULT_HALF_WIDTH, MIN_ERRORS, LatencyModel, Ledger, interval_for
 from tests.unit.predict.conftest import candidate, measured, shape
 
 
