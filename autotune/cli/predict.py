@@ -88,6 +88,7 @@ def predict(
     if space_path is None:
         raise ConfigError(f"{calibration}: key 'space' is null and no --space given (fix: pass --space FILE)")
     the_space = load_search_space(space_path)
+    values = _config(the_space, config) if config else None
     shape = workload_shape(load_workload(workload), model, speed=speed, rate=rate)
     lm = LatencyModel(shape, costs=cal.costs, ledger=Ledger(carried=cal.errors))
     if cal.machine != this_machine():
@@ -97,8 +98,8 @@ def predict(
         f"{cal.engine}, {cal.costs.requests} measured requests, {len(cal.errors)} measured errors.",
         soft_wrap=True,
     )
-    if config:
-        p = lm.predict(candidate_of(the_space, _config(the_space, config), cal.defaults))
+    if values is not None:
+        p = lm.predict(candidate_of(the_space, values, cal.defaults))
         out.print(p.line(), soft_wrap=True)
         return
     points = _grid(the_space)

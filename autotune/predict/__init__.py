@@ -10,10 +10,11 @@ workload's arrivals run through a step model of the scheduler at those costs (:f
 
 from __future__ import annotations
 
-from autotune.predict._cache import TierHits, tier_hits
+from autotune.predict._cache import tier_hits
 from autotune.predict._calibration import VERSION, Calibration, this_machine
 from autotune.predict._candidate import EngineDefaults, candidate_of
-from autotune.predict._costs import EngineCosts, RequestTimes, fit_costs
+from autotune.predict._costs import EngineCosts, Replay, RequestTimes, fit_costs
+from autotune.predict._kv import Chains, KvCache, TierHits, chains_of, replayed_hits
 from autotune.predict._ledger import (
     DEFAULT_HALF_WIDTH,
     MIN_ERRORS,
@@ -33,23 +34,28 @@ __all__ = [
     "VERSION",
     "Calibration",
     "Candidate",
+    "Chains",
     "EngineCosts",
     "EngineDefaults",
     "EngineLimits",
     "Interval",
+    "KvCache",
     "LatencyModel",
     "Ledger",
     "LedgerEntry",
     "LedgerSummary",
     "MeasuredTrial",
     "Prediction",
+    "Replay",
     "RequestTimes",
     "Simulated",
     "TierHits",
     "WorkloadShape",
     "candidate_of",
+    "chains_of",
     "fit_costs",
     "interval_for",
+    "replayed_hits",
     "simulate",
     "this_machine",
     "tier_hits",

@@ -8,8 +8,10 @@ served (:func:`~autotune.predict.tier_hits`):
   fewer than :data:`_MIN_ALONE`, those with no other prefill in progress, no queue ahead of them;
   when fewer again, all), ``TTFT = overhead + prefill x uncached tokens + host x tokens loaded from
   a host pool + decode-slowdown x requests decoding``;
-- **decode**: ``TPOT = step + per-request x running requests`` (the mean number decoding during the
-  request's own decode, itself included).
+- **decode** (fitted first): ``TPOT = step + per-request x running requests + prefill x other
+  requests' prefill tokens per step of its decode`` (running: the mean number decoding during the
+  request's own decode, itself included); the prefill fit then takes out the fixed part of the extra
+  steps a prompt longer than the step's token budget takes.
 
 A coefficient that comes out negative (noise, or a term the data cannot separate) is dropped and
 the rest refitted: every cost is >= 0.
@@ -23,9 +25,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from autotune.bench import RequestTiming
-from autotune.predict._cache import TierHits
+from autotune.predict._kv import TierHits
 
-__all__ = ["EngineCosts", "RequestTimes", "fit_costs"]
+__all__ = ["EngineCosts", "Replay", "RequestTimes", "fit_costs"]
 
 _MIN_ALONE = 6  # fewer requests without a queue ahead: fit the prefill on every request
 
@@ -105,57 +107,72 @@ def _nonnegative_fit(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return coef
 
 
-def _features(times: RequestTimes, hits: TierHits) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(prefill rows [1, uncached, host, decoding], their TTFTs, whether each had no queue ahead)."""
+@dataclass(frozen=True)
+class Replay:
+    """One measured replay as the fit reads it: its timings, what its cache served per request (the
+    cache replay of its configuration) and its step's token budget (``max_num_batched_tokens``)."""
+
+    times: RequestTimes
+    hits: TierHits
+    batched_tokens: int
+
+
+def _decode_rows(r: Replay) -> tuple[np.ndarray, np.ndarray]:
+    """Rows [1, mean requests decoding, others' prefill tokens per output step] over each request's
+    decode (2+ output tokens), and its TPOT: a step that also runs another request's prefill chunk is
+    longer by that chunk's cost."""
+    times = r.times
+    ok = times.ok & (times.output_tokens > 1)
+    a = (times.sent + times.ttft)[ok]
+    b = (times.sent + times.latency)[ok]
+    steps = times.output_tokens[ok] - 1
+    span = np.maximum(b - a, 1e-9)
+    overlap = np.clip(np.minimum(b[:, None], b[None, :]) - np.maximum(a[:, None], a[None, :]), 0, None)
+    running = overlap.sum(axis=1) / span  # itself included (its own overlap is its span)
+    first = (times.sent + times.ttft)[times.ok]  # every request's first token, and its prefill tokens
+    computed = r.hits.uncached[times.ok].astype(float)
+    inside = (first[None, :] > a[:, None]) & (first[None, :] <= b[:, None])
+    prefill = (inside * computed[None, :]).sum(axis=1) / steps
+    return np.column_stack([np.ones(len(a)), running, prefill]), (b - a) / steps
+
+
+def _prefill_rows(r: Replay, step_s: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Rows [1, uncached, host, decoding at send], the TTFTs less the fixed part of the extra steps a
+    prompt longer than the step's budget takes (chunked prefill), and whether each request found no
+    other prefill in progress when sent."""
+    times = r.times
     ok = times.ok
     s, t, lat = times.sent[ok], times.ttft[ok], times.latency[ok]
     first = s + t
     ahead = (s[None, :] <= s[:, None]) & (s[:, None] < first[None, :])
     np.fill_diagonal(ahead, False)
     decoding = ((first[None, :] <= s[:, None]) & (s[:, None] < (s + lat)[None, :])).sum(axis=1)
-    rows = np.column_stack([np.ones(ok.sum()), hits.uncached[ok], hits.host[ok], decoding.astype(float)])
-    return rows, t, ~ahead.any(axis=1)
+    uncached = r.hits.uncached[ok]
+    extra_steps = np.ceil(uncached / max(r.batched_tokens, 1)) - 1
+    rows = np.column_stack([np.ones(ok.sum()), uncached, r.hits.host[ok], decoding.astype(float)])
+    return rows, t - extra_steps * step_s, ~ahead.any(axis=1)
 
 
-def _decode_rows(times: RequestTimes) -> tuple[np.ndarray, np.ndarray]:
-    """(mean requests decoding during each request's decode, its TPOT) of requests with 2+ tokens."""
-    ok = times.ok & (times.output_tokens > 1)
-    a = (times.sent + times.ttft)[ok]
-    b = (times.sent + times.latency)[ok]
-    span = np.maximum(b - a, 1e-9)
-    overlap = np.clip(np.minimum(b[:, None], b[None, :]) - np.maximum(a[:, None], a[None, :]), 0, None)
-    running = overlap.sum(axis=1) / span  # itself included (its own overlap is its span)
-    return running, (b - a) / (times.output_tokens[ok] - 1)
-
-
-def fit_costs(measured: Sequence[tuple[RequestTimes, TierHits]]) -> EngineCosts:
+def fit_costs(measured: Sequence[Replay]) -> EngineCosts:
     """The costs over every measured replay given (each with its own configuration's cache hits)."""
-    rows, ttfts, alone, running, tpots = [], [], [], [], []
-    for times, hits in measured:
-        r, t, a = _features(times, hits)
-        rows.append(r)
-        ttfts.append(t)
-        alone.append(a)
-        run, tp = _decode_rows(times)
-        running.append(run)
-        tpots.append(tp)
-    x, y, solo = np.vstack(rows), np.concatenate(ttfts), np.concatenate(alone)
-    if len(y) < 2:
+    if sum(int(r.times.ok.sum()) for r in measured) < 2:
         raise ValueError("at least 2 measured requests are needed to fit the engine's costs")
+    decode = [_decode_rows(r) for r in measured]
+    dx, dy = np.vstack([d[0] for d in decode]), np.concatenate([d[1] for d in decode])
+    step, per_seq = (
+        _nonnegative_fit(dx, dy)[:2] if len(dy) >= 3 else (float(np.mean(dy)) if len(dy) else 0.0, 0.0)
+    )
+    prefill_rows = [_prefill_rows(r, float(step)) for r in measured]
+    x = np.vstack([p[0] for p in prefill_rows])
+    y = np.concatenate([p[1] for p in prefill_rows])
+    solo = np.concatenate([p[2] for p in prefill_rows])
     idle = solo & (x[:, 3] == 0)  # nothing decoding either: no step in flight to wait for
     if idle.sum() >= _MIN_ALONE:
         x, y = x[idle], y[idle]
     elif solo.sum() >= _MIN_ALONE:
         x, y = x[solo], y[solo]
     has_host = bool(x[:, 2].any())
-    if not has_host:
-        x[:, 2] = 0.0
     prefill = _nonnegative_fit(x, y)
-    run, tp = np.concatenate(running), np.concatenate(tpots)
-    if len(tp) >= 2:
-        step, per_seq = _nonnegative_fit(np.column_stack([np.ones(len(run)), run]), tp)
-    else:
-        step, per_seq = (float(tp[0]) if len(tp) else 0.0), 0.0
     return EngineCosts(
         overhead_s=float(prefill[0]),
         prefill_s_per_token=float(prefill[1]),
@@ -163,5 +180,5 @@ def fit_costs(measured: Sequence[tuple[RequestTimes, TierHits]]) -> EngineCosts:
         step_s=float(step),
         step_s_per_seq=float(per_seq),
         host_s_per_token=float(prefill[2]) if has_host else None,
-        requests=len(np.concatenate(ttfts)),
+        requests=int(sum(int(r.times.ok.sum()) for r in measured)),
     )

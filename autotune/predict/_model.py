@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from autotune.predict._cache import TierHits, tier_hits
-from autotune.predict._costs import EngineCosts, RequestTimes, fit_costs
+from autotune.predict._costs import EngineCosts, Replay, RequestTimes, fit_costs
+from autotune.predict._kv import Chains, KvCache, chains_of, replayed_hits
 from autotune.predict._ledger import Interval, Ledger, interval_for
 from autotune.predict._simulate import EngineLimits, simulate
 
@@ -37,7 +37,7 @@ class Candidate:
 
     @property
     def limits(self) -> EngineLimits:
-        return EngineLimits(self.batched_tokens, self.max_seqs, self.gpu_kv_tokens)
+        return EngineLimits(self.batched_tokens, self.max_seqs)
 
 
 @dataclass(frozen=True)
@@ -70,7 +70,7 @@ class Prediction:
     ttft_p90_ms: float
     tpot_p50_ms: float
     interval: Interval  # of the p90 TTFT
-    hit_gpu: float
+    hit_gpu: float  # share of prompt tokens served, under the simulated load
     hit_host: float
     basis: str
 
@@ -91,21 +91,33 @@ class LatencyModel:
     costs: EngineCosts | None = None
     ledger: Ledger = field(default_factory=Ledger)
     fitted_on: int = 0  # trials
-    _hits: dict[tuple[int, int, int, bool], TierHits] = field(default_factory=dict)
+    _chains: dict[int, Chains] = field(default_factory=dict)
 
-    def hits(self, c: Candidate) -> TierHits:
-        key = (c.block_size, c.gpu_kv_tokens, c.pool_tokens, c.caching)
-        if key not in self._hits:
-            self._hits[key] = tier_hits(
-                self.shape.prompts, c.block_size, c.gpu_kv_tokens, c.pool_tokens, caching=c.caching
-            )
-        return self._hits[key]
+    def cache(self, c: Candidate) -> KvCache:
+        """An empty KV cache of candidate ``c`` over the workload's prompts."""
+        if c.block_size not in self._chains:
+            self._chains[c.block_size] = chains_of(self.shape.prompts, c.block_size)
+        blocks = c.gpu_kv_tokens // c.block_size
+        return KvCache(
+            self._chains[c.block_size],
+            self.shape.outputs,
+            blocks,
+            c.pool_tokens // c.block_size,
+            caching=c.caching,
+        )
 
     def fit(self, measured: Sequence[MeasuredTrial]) -> EngineCosts:
-        """Refit the costs on every trial measured so far (each with its own cache hits)."""
+        """Refit the costs on every trial measured so far; each request's cache hits are its own
+        configuration's cache replayed over the measured run (requests holding their blocks from
+        send to last token)."""
         if not measured:
             raise ValueError("no measured trial to fit the model on")
-        self.costs = fit_costs([(m.times, self.hits(m.candidate)) for m in measured])
+        replays = []
+        for m in measured:
+            t = m.times
+            hits = replayed_hits(self.cache(m.candidate), t.sent, t.sent + t.latency)
+            replays.append(Replay(t, hits, m.candidate.batched_tokens))
+        self.costs = fit_costs(replays)
         self.fitted_on = len(measured)
         return self.costs
 
@@ -116,20 +128,13 @@ class LatencyModel:
         """The prediction with the arrivals ``load`` times as dense (1: the workload as replayed)."""
         if self.costs is None:
             raise ValueError("the model is not fitted: call fit() on a measured trial first")
-        hits = self.hits(candidate)
-        sim = simulate(
-            self.shape.arrivals / load,
-            hits.prompt,
-            hits.uncached,
-            hits.host,
-            self.shape.outputs,
-            self.costs,
-            candidate.limits,
-        )
+        cache = self.cache(candidate)
+        sim = simulate(self.shape.arrivals / load, self.shape.outputs, cache, self.costs, candidate.limits)
         ttft = sim.ttft * 1000.0
         tpot = sim.tpot[np.isfinite(sim.tpot)] * 1000.0
         p90 = float(np.percentile(ttft, 90))
-        gpu, host = hits.share()
+        total = float(cache.chains.prompt.sum()) or 1.0
+        gpu, host = float(sim.gpu_hits.sum()) / total, float(sim.host_hits.sum()) / total
         errors = self.ledger.errors
         basis = (
             f"costs fitted on {self.costs.requests} requests of {self.fitted_on} measured trial(s); "

@@ -39,7 +39,7 @@ def test_dry_run_reports_the_done_when_and_saves_a_calibration(tmp_path: Path) -
     cal = Path(r["calibration"])
     pred = subprocess.run(
         [sys.executable, "-m", "autotune", "predict", "--workload", str(REPO / "examples" / "rag.jsonl"),
-         "--model", "none", "--calibration", str(cal), "--config", "kv_cache_memory_bytes=128"],
+         "--model", "tiny-l8", "--calibration", str(cal), "--config", "kv_cache_memory_bytes=128"],
         cwd=REPO, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert pred.returncode == 0, pred.stderr[-2000:]

@@ -8,11 +8,12 @@ import numpy as np
 from autotune.predict import (
     Candidate,
     EngineCosts,
+    KvCache,
     MeasuredTrial,
     RequestTimes,
     WorkloadShape,
+    chains_of,
     simulate,
-    tier_hits,
 )
 
 TRUE = EngineCosts(
@@ -20,11 +21,14 @@ TRUE = EngineCosts(
 )
 
 
-def shape(n: int = 200, seed: int = 0, gap_s: float = 0.08, docs: int = 6) -> WorkloadShape:
+def shape(
+    n: int = 200, seed: int = 0, gap_s: float = 0.08, docs: int = 6, doc_tokens: tuple[int, int] = (200, 500)
+) -> WorkloadShape:
     """RAG-like prompts (one of ``docs`` shared documents, then a question) at Poisson arrivals."""
     rng = np.random.default_rng(seed)
     documents = [
-        tuple(int(x) for x in rng.integers(0, 30_000, size=int(rng.integers(200, 500)))) for _ in range(docs)
+        tuple(int(x) for x in rng.integers(0, 30_000, size=int(rng.integers(*doc_tokens))))
+        for _ in range(docs)
     ]
     prompts = tuple(
         documents[int(rng.integers(docs))]
@@ -50,8 +54,14 @@ def measured(
 ) -> MeasuredTrial:
     """What a replay of ``s`` on ``c`` would measure if the engine cost exactly ``costs`` (plus a
     relative noise of ``noise`` on every time)."""
-    hits = tier_hits(s.prompts, c.block_size, c.gpu_kv_tokens, c.pool_tokens, caching=c.caching)
-    sim = simulate(s.arrivals, hits.prompt, hits.uncached, hits.host, s.outputs, costs, c.limits)
+    cache = KvCache(
+        chains_of(s.prompts, c.block_size),
+        s.outputs,
+        c.gpu_kv_tokens // c.block_size,
+        c.pool_tokens // c.block_size,
+        caching=c.caching,
+    )
+    sim = simulate(s.arrivals, s.outputs, cache, costs, c.limits)
     rng = np.random.default_rng(seed)
     jitter = 1 + noise * rng.standard_normal(len(s.arrivals))
     ttft = sim.ttft * jitter

@@ -9,16 +9,31 @@ import numpy as np
 import pytest
 
 from autotune.bench import RequestTiming
-from autotune.predict import EngineCosts, LatencyModel, RequestTimes, fit_costs, tier_hits
+from autotune.predict import (
+    EngineCosts,
+    LatencyModel,
+    MeasuredTrial,
+    Replay,
+    RequestTimes,
+    TierHits,
+    WorkloadShape,
+    fit_costs,
+    replayed_hits,
+    tier_hits,
+)
 from tests.unit.predict.conftest import TRUE, candidate, measured, shape
+
+
+def _replayed(s: WorkloadShape, m: MeasuredTrial) -> TierHits:
+    """The measured trial's cache hits as the model computes them (its cache over the measured run)."""
+    return replayed_hits(LatencyModel(s).cache(m.candidate), m.times.sent, m.times.sent + m.times.latency)
 
 
 def test_fit_recovers_the_costs_that_made_the_replay() -> None:
     s = shape()
     m = measured(s, candidate())
-    hits = tier_hits(s.prompts, 32, 100_000)
 
-    costs = fit_costs([(m.times, hits)])
+    costs = fit_costs([Replay(m.times, _replayed(s, m), 2048)])
 
     assert costs.prefill_s_per_token == pytest.approx(TRUE.prefill_s_per_token, rel=0.1)
     assert costs.step_s == pytest.approx(TRUE.step_s, rel=0.1)
@@ -34,10 +49,10 @@ def test_fit_recovers_the_host_pool_load_cost() -> None:
     truth = EngineCosts(**{**TRUE.as_dict(), "host_s_per_token": 4e-6})  # type: ignore[arg-type]
     c = candidate(kv=1_500, pool_tokens=50_000)  # a small GPU tier beside a pool
     m = measured(s, c, costs=truth)
-    hits = tier_hits(s.prompts, 32, 1_500, 50_000)
+    hits = _replayed(s, m)
     assert hits.host.sum() > 0 and hits.gpu.sum() > 0  # both tiers serve
 
-    costs = fit_costs([(m.times, hits)])
+    costs = fit_costs([Replay(m.times, hits, 2048)])
 
     assert costs.host_s_per_token == pytest.approx(4e-6, rel=0.1)
     assert costs.prefill_s_per_token == pytest.approx(TRUE.prefill_s_per_token, rel=0.1)
@@ -45,7 +60,9 @@ def test_fit_recovers_the_host_pool_load_cost() -> None:
 
 def test_costs_are_never_negative_on_noisy_data() -> None:
     s = shape(n=60)
-    costs = fit_costs([(measured(s, candidate(), noise=0.3).times, tier_hits(s.prompts, 32, 100_000))])
+    costs = fit_costs(
+        [Replay(measured(s, candidate(), noise=0.3).times, tier_hits(s.prompts, 32, 100_000), 2048)]
+    )
 
     assert all(v is None or v >= 0 for v in costs.as_dict().values())
 
@@ -110,3 +127,30 @@ def test_request_times_from_a_trials_npz_are_in_workload_order(tmp_path: Path) -
     times = RequestTimes.from_arrays(read_request_timings(path))
 
     assert times.sent.tolist() == [1.2, 1.0]  # workload order: "a" (planned at 0) first
+
+
+def test_under_load_a_small_cache_serves_fewer_hits_than_one_request_at_a_time() -> None:
+    """Running requests pin their blocks: the prior's one-at-a-time replay overstates a small cache."""
+    s = shape(gap_s=0.02, docs=4, doc_tokens=(550, 650))  # the demo's: 4 documents, about the KV cache
+    small = candidate(kv=2_560, block=128)
+    model = LatencyModel(s)
+    model.fit([measured(s, candidate())])
+
+    alone, _ = tier_hits(s.prompts, 128, 2_560).share()
+    loaded = model.predict(small).hit_gpu
+
+    assert loaded < alone - 0.1
+    unlimited, _ = tier_hits(s.prompts, 128, 100_000).share()
+    assert model.predict(candidate(kv=100_000, block=128)).hit_gpu == pytest.approx(unlimited, abs=0.01)
+
+
+def test_a_cache_that_cannot_hold_the_next_request_queues_it() -> None:
+    from autotune.predict import KvCache, chains_of
+
+    prompts = [tuple(range(i * 1000, i * 1000 + 300)) for i in range(3)]
+    cache = KvCache(chains_of(prompts, 100), np.array([50.0, 50.0, 50.0]), gpu_blocks=8)
+
+    assert cache.admit(0) == (0, 0) and cache.admit(1) == (0, 0)  # 4 blocks each
+    assert cache.admit(2) is None  # 8 of 8 held
+    cache.release(0)
+    assert cache.admit(2) == (0, 0)  # request 0's cached blocks evicted for it
