@@ -20,10 +20,11 @@ Done when (issue 48): p90 TTFT within 20% for at least 9 of 12, the grid's best 
 TTFT) in the model's top 3, and at least 80% of the measured figures inside their intervals.
 
     python benchmarks/predict_grid.py                 # real CPU build: 12 starts (about 10-15 min)
+    python benchmarks/predict_grid.py --quick         # the fake server (tests/fakes): the plumbing, 1-2 min
     python benchmarks/predict_grid.py --dry-run       # no engine: synthetic measurements of known cost
 
 Writes the JSON to ``--json-out`` (default benchmarks/results/predict_grid.json; none with
-``--dry-run`` unless given) and the calibration the study would save (``--calibration-out``,
+``--quick`` or ``--dry-run`` unless given) and the calibration the study would save (``--calibration-out``,
 default next to the JSON), which ``autotune predict --calibration FILE`` reads.
 """
 
@@ -206,9 +207,10 @@ def _real(args: Any, model_dir: str) -> tuple[dict[str, Any], LatencyModel, Engi
     from autotune.trial import read_request_timings
     from autotune.tuning import build_setup
 
-    choices = c.tuning_choices(model_dir, WORKLOAD, quick=False, speed=args.speed, space=SPACE)
     log_dir = args.work_dir / f"predict-grid-{time.strftime('%Y%m%d-%H%M%S')}"
     log_dir.mkdir(parents=True, exist_ok=True)
+    workload = c.example_workload(WORKLOAD.name, quick=args.quick, work_dir=log_dir)
+    choices = c.tuning_choices(model_dir, workload, quick=args.quick, speed=args.speed, space=SPACE)
     with build_setup(choices) as setup:
         setup.check_fixed_flags()
         guard = setup.guard
@@ -241,7 +243,10 @@ def _real(args: Any, model_dir: str) -> tuple[dict[str, Any], LatencyModel, Engi
 
         shape = workload_shape(setup.workload, model_dir, speed=args.speed)
         result, model = run_grid(grid(space), candidate, measure, shape, args.seed)
-    return result, model, defaults, c.environment()["engine"]
+    base = result["rows"][0]["measured"]
+    if base and base["kv_tokens"]:  # what the baseline's engine allocated: the default KV of a configuration
+        defaults = dataclasses.replace(defaults, kv_tokens=int(base["kv_tokens"]))
+    return result, model, defaults, "fake server (tests/fakes)" if args.quick else c.environment()["engine"]
 
 
 # -- the dry run: a fake engine of known cost ----------------------------------------------------------
@@ -274,7 +279,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = p.parse_args(argv)
     c.setup_logging(args.verbose)
-    if args.json_out is None and not args.dry_run:
+    if args.json_out is None and not (args.dry_run or args.quick):
         args.json_out = DEFAULT_JSON
     # the dry run cuts prompts with the bench model's tokenizer when it was generated, else in words
     model_dir = (
@@ -297,8 +302,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         cal.save(cal_path)
     payload = {
         "benchmark": "predict_grid", "env": c.environment(), "dry_run": args.dry_run, "model": model_dir,
-        "workload": str(WORKLOAD.relative_to(c.REPO)), "space": str(SPACE.relative_to(c.REPO)),
-        "fixed_args": list(c.fixed_args(quick=False)), "seed": args.seed, "speed": args.speed,
+        "workload": str(WORKLOAD.relative_to(c.REPO)), "quick": args.quick, "space": str(SPACE.relative_to(c.REPO)),
+        "fixed_args": list(c.fixed_args(quick=args.quick)), "seed": args.seed, "speed": args.speed,
         "calibration": str(cal_path) if cal_path else None, "wall_s": time.monotonic() - t0,
         "load_average": {"start": load_start, "end": c.load_average()}, **result,
     }  # fmt: skip

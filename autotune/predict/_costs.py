@@ -94,8 +94,10 @@ class EngineCosts:
 
 
 def _nonnegative_fit(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Least squares with every coefficient >= 0: negative ones dropped (set to 0) until none is."""
+    """Least squares with every coefficient >= 0: negative ones dropped (set to 0) until none is. A
+    column other than the first (the intercept) that does not vary says nothing of its cost: 0."""
     keep = np.ones(x.shape[1], dtype=bool)
+    keep[1:] = np.ptp(x[:, 1:], axis=0) > 1e-9 if len(x) else False
     coef = np.zeros(x.shape[1])
     while keep.any():
         sol, *_ = np.linalg.lstsq(x[:, keep], y, rcond=None)
