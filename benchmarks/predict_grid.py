@@ -273,12 +273,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = c.base_parser(__doc__.split("\n\n")[0])
     p.add_argument("--dry-run", action="store_true", help="no engine: measurements simulated at known costs")
     p.add_argument("--seed", type=int, default=0, help="order of the 11 configurations after the baseline")
-    p.add_argument("--speed", type=float, default=1.0, help="replay speed (the demo's: 1)")
+    p.add_argument(
+        "--speed", type=float, default=None, help="replay speed (default: the demo's 1; --quick: 8)"
+    )
     p.add_argument(
         "--calibration-out", type=Path, default=None, help="the calibration file (default: beside the JSON)"
     )
     args = p.parse_args(argv)
     c.setup_logging(args.verbose)
+    args.speed = args.speed or (8.0 if args.quick else 1.0)
     if args.json_out is None and not (args.dry_run or args.quick):
         args.json_out = DEFAULT_JSON
     # the dry run cuts prompts with the bench model's tokenizer when it was generated, else in words
