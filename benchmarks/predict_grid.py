@@ -52,11 +52,12 @@ from autotune.predict import (
     RequestTimes,
     WorkloadShape,
     candidate_of,
+    grid_of,
     simulate,
     this_machine,
     workload_shape,
 )
-from autotune.space import SearchSpace, load_search_space, render_values
+from autotune.space import load_search_space, render_values
 from autotune.workload import load_workload
 
 SPACE = c.REPO / "benchmarks" / "data" / "predict_grid_space.yaml"
@@ -74,14 +75,6 @@ DRY_COSTS = EngineCosts(
 WITHIN = 0.2
 
 Measure = Callable[[Mapping[str, Any], Candidate], MeasuredTrial | None]
-
-
-def grid(space: SearchSpace) -> list[dict[str, Any]]:
-    points: list[dict[str, Any]] = [{}]
-    for name, p in space.tunable.items():
-        options = list(p.choices) if p.choices else [True, False]
-        points = [{**pt, name: v} for pt in points for v in options]
-    return points
 
 
 def _key(values: Mapping[str, Any]) -> str:
@@ -242,7 +235,7 @@ def _real(args: Any, model_dir: str) -> tuple[dict[str, Any], LatencyModel, Engi
             return MeasuredTrial(cand, RequestTimes.from_arrays(read_request_timings(rec.requests_path)))
 
         shape = workload_shape(setup.workload, model_dir, speed=args.speed)
-        result, model = run_grid(grid(space), candidate, measure, shape, args.seed)
+        result, model = run_grid(grid_of(space), candidate, measure, shape, args.seed)
     base = result["rows"][0]["measured"]
     if base and base["kv_tokens"]:  # what the baseline's engine allocated: the default KV of a configuration
         defaults = dataclasses.replace(defaults, kv_tokens=int(base["kv_tokens"]))
@@ -265,7 +258,7 @@ def _dry(args: Any, model_dir: str) -> tuple[dict[str, Any], LatencyModel, Engin
         latency = ttft + np.nan_to_num(sim.tpot) * (shape.outputs - 1) * jitter
         return MeasuredTrial(cand, RequestTimes(shape.arrivals.copy(), ttft, latency, shape.outputs.copy()))
 
-    result, model = run_grid(grid(space), candidate, measure, shape, args.seed)
+    result, model = run_grid(grid_of(space), candidate, measure, shape, args.seed)
     return result, model, CPU_DEFAULTS, "dry run: a simulated engine"
 
 

@@ -10,7 +10,15 @@ import typer
 
 from autotune.cli._console import console, out
 from autotune.errors import ConfigError
-from autotune.predict import Calibration, LatencyModel, Ledger, candidate_of, this_machine, workload_shape
+from autotune.predict import (
+    Calibration,
+    LatencyModel,
+    Ledger,
+    candidate_of,
+    grid_of,
+    this_machine,
+    workload_shape,
+)
 from autotune.space import Parameter, SearchSpace, load_search_space
 from autotune.workload import load_workload
 
@@ -48,16 +56,6 @@ def _config(space: SearchSpace, items: list[str]) -> dict[str, Any]:
             )
         values[name] = _value(name, space.parameters[name], text)
     return values
-
-
-def _grid(space: SearchSpace) -> list[dict[str, Any]]:
-    """Every combination of the space's tunable choices (bools: both)."""
-    points: list[dict[str, Any]] = [{}]
-    for name, p in space.tunable.items():
-        options = list(p.choices) if p.choices else ([True, False] if p.type == "bool" else [])
-        if options:
-            points = [{**pt, name: v} for pt in points for v in options]
-    return points
 
 
 def predict(
@@ -102,7 +100,7 @@ def predict(
         p = lm.predict(candidate_of(the_space, values, cal.defaults))
         out.print(p.line(), soft_wrap=True)
         return
-    points = _grid(the_space)
+    points = grid_of(the_space)
     ranked = lm.rank([candidate_of(the_space, v, cal.defaults) for v in points], top)
     out.print(f"top {len(ranked)} of {len(points)} candidates of {the_space.name} by predicted p90 TTFT:")
     for i, p in enumerate(ranked, 1):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from autotune.predict._cache import tier_hits
 from autotune.predict._calibration import VERSION, Calibration, this_machine
-from autotune.predict._candidate import EngineDefaults, candidate_of
+from autotune.predict._candidate import EngineDefaults, candidate_of, grid_of
 from autotune.predict._costs import EngineCosts, Replay, RequestTimes, fit_costs
 from autotune.predict._kv import Chains, KvCache, TierHits, chains_of, replayed_hits
 from autotune.predict._ledger import (
@@ -54,6 +54,7 @@ __all__ = [
     "candidate_of",
     "chains_of",
     "fit_costs",
+    "grid_of",
     "interval_for",
     "replayed_hits",
     "simulate",

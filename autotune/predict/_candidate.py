@@ -13,7 +13,7 @@ from autotune.errors import ConfigError
 from autotune.predict._model import Candidate
 from autotune.space import SearchSpace, describe_values
 
-__all__ = ["EngineDefaults", "candidate_of"]
+__all__ = ["EngineDefaults", "candidate_of", "grid_of"]
 
 GiB = 2**30
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)i?B?\s*$", re.IGNORECASE)
@@ -58,3 +58,14 @@ def candidate_of(space: SearchSpace, values: Mapping[str, Any], defaults: Engine
         pool_tokens=int(pool_gib * GiB / defaults.kv_bytes_per_token),
         caching=space.value_of(roles.prefix_caching, values, True) is not False,
     )
+
+
+def grid_of(space: SearchSpace) -> list[dict[str, Any]]:
+    """Every combination of the space's tunable choices (a bool: both; a range without choices is
+    left at its default)."""
+    points: list[dict[str, Any]] = [{}]
+    for name, p in space.tunable.items():
+        options = list(p.choices) if p.choices else ([True, False] if p.type == "bool" else [])
+        if options:
+            points = [{**pt, name: v} for pt in points for v in options]
+    return points
