@@ -48,7 +48,6 @@ from autotune.predict import (
     EngineDefaults,
     LatencyModel,
     MeasuredTrial,
-    Prediction,
     RequestTimes,
     WorkloadShape,
     candidate_of,
@@ -81,14 +80,6 @@ def _key(values: Mapping[str, Any]) -> str:
     return ",".join(f"{k}={values[k]}" for k in sorted(values))
 
 
-def _pred(p: Prediction) -> dict[str, Any]:
-    return {
-        "ttft_p50_ms": p.ttft_p50_ms, "ttft_p90_ms": p.ttft_p90_ms, "tpot_p50_ms": p.tpot_p50_ms,
-        "interval_ms": [p.interval.low, p.interval.high], "veto_allowed": p.interval.veto_allowed,
-        "hit_gpu": p.hit_gpu, "hit_host": p.hit_host, "basis": p.basis,
-    }  # fmt: skip
-
-
 def run_grid(
     points: Sequence[Mapping[str, Any]],
     candidate: Callable[[Mapping[str, Any]], Candidate],
@@ -115,7 +106,7 @@ def run_grid(
             "key": _key(values),
             "wall_s": time.monotonic() - t0,
         }
-        row["predicted"] = _pred(before) if before else None
+        row["predicted"] = before.as_dict() if before else None
         if trial is None:
             row["measured"] = None
             rows.append(row)
@@ -135,11 +126,11 @@ def run_grid(
         model.fit(done)
         row["costs_after"] = model.costs.as_dict() if model.costs else None
         if order == 0:  # the model from the baseline alone, on every point of the grid
-            from_baseline = {_key(p): _pred(model.predict(candidate(p))) for p in points}
+            from_baseline = {_key(p): model.predict(candidate(p)).as_dict() for p in points}
         rows.append(row)
         c.log.info("%d/%d %s: predicted %s, measured p90 %.1f ms", order + 1, len(points), row["key"],
                    "-" if before is None else f"{before.ttft_p90_ms:.1f} ms", trial.ttft_p90_ms())  # fmt: skip
-    final = {_key(p): _pred(model.predict(candidate(p))) for p in points}
+    final = {_key(p): model.predict(candidate(p)).as_dict() for p in points}
     return {
         "rows": rows,
         "from_baseline": from_baseline,

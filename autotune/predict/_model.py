@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -73,6 +74,20 @@ class Prediction:
     hit_gpu: float  # share of prompt tokens served, under the simulated load
     hit_host: float
     basis: str
+
+    def as_dict(self) -> dict[str, Any]:
+        """The figures as a trial would store them next to its measurement (JSON types)."""
+        return {
+            "ttft_p50_ms": self.ttft_p50_ms,
+            "ttft_p90_ms": self.ttft_p90_ms,
+            "tpot_p50_ms": self.tpot_p50_ms,
+            "interval_ms": [self.interval.low, self.interval.high],
+            "interval_errors": self.interval.errors,
+            "veto_allowed": self.interval.veto_allowed,
+            "hit_gpu": self.hit_gpu,
+            "hit_host": self.hit_host,
+            "basis": self.basis,
+        }
 
     def line(self) -> str:
         hits = f"prefix hits {self.hit_gpu:.1%}" + (f" + {self.hit_host:.1%} host" if self.hit_host else "")
