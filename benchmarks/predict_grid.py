@@ -52,6 +52,7 @@ from autotune.predict import (
     WorkloadShape,
     candidate_of,
     grid_of,
+    kv_bytes_of,
     simulate,
     this_machine,
     workload_shape,
@@ -200,9 +201,7 @@ def _real(args: Any, model_dir: str) -> tuple[dict[str, Any], LatencyModel, Engi
         guard = setup.guard
         if guard is None:
             raise SystemExit("the memory estimate is off: each configuration's KV tokens are unknown")
-        defaults = dataclasses.replace(
-            CPU_DEFAULTS, kv_bytes_per_token=guard.kv_bytes_per_token(setup.engine_argv())
-        )
+        defaults = CPU_DEFAULTS  # until the baseline's engine says how many tokens its size holds
         space, evaluate = setup.space, setup.evaluator(log_dir)
         numbers = iter(range(1000))
 
@@ -227,9 +226,10 @@ def _real(args: Any, model_dir: str) -> tuple[dict[str, Any], LatencyModel, Engi
 
         shape = workload_shape(setup.workload, model_dir, speed=args.speed)
         result, model = run_grid(grid_of(space), candidate, measure, shape, args.seed)
-    base = result["rows"][0]["measured"]
-    if base and base["kv_tokens"]:  # what the baseline's engine allocated: the default KV of a configuration
-        defaults = dataclasses.replace(defaults, kv_tokens=int(base["kv_tokens"]))
+    base, size = result["rows"][0]["measured"], kv_bytes_of(space, BASELINE)
+    if base and base["kv_tokens"] and size:  # what the baseline's engine allocated for its configured size
+        tokens = int(base["kv_tokens"])
+        defaults = dataclasses.replace(defaults, kv_tokens=tokens, kv_bytes_per_token=size // tokens)
     return result, model, defaults, "fake server (tests/fakes)" if args.quick else c.environment()["engine"]
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from autotune.predict._cache import tier_hits
 from autotune.predict._calibration import VERSION, Calibration, this_machine
-from autotune.predict._candidate import EngineDefaults, candidate_of, grid_of
+from autotune.predict._candidate import EngineDefaults, candidate_of, grid_of, kv_bytes_of
 from autotune.predict._costs import EngineCosts, Replay, RequestTimes, fit_costs
 from autotune.predict._kv import Chains, KvCache, TierHits, chains_of, replayed_hits
 from autotune.predict._ledger import (
@@ -56,6 +56,7 @@ __all__ = [
     "fit_costs",
     "grid_of",
     "interval_for",
+    "kv_bytes_of",
     "replayed_hits",
     "simulate",
     "this_machine",

@@ -13,7 +13,7 @@ from autotune.errors import ConfigError
 from autotune.predict._model import Candidate
 from autotune.space import SearchSpace, describe_values
 
-__all__ = ["EngineDefaults", "candidate_of", "grid_of"]
+__all__ = ["EngineDefaults", "candidate_of", "grid_of", "kv_bytes_of"]
 
 GiB = 2**30
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)i?B?\s*$", re.IGNORECASE)
@@ -25,6 +25,8 @@ class EngineDefaults:
     """The calibrated engine's defaults: what a configuration gets for a role it does not set."""
 
     kv_tokens: int  # the baseline's KV cache, tokens
+    # bytes of a configured KV size per token the engine holds (measured: the baseline's size over its
+    # tokens; the CPU build launched in float32 doubles the size, so the model's own dtype counts)
     kv_bytes_per_token: int
     block_size: int
     batched_tokens: int
@@ -40,14 +42,19 @@ def _bytes(space: SearchSpace, name: str, value: Any) -> int:
     return int(float(found.group(1)) * _UNIT[found.group(2).upper()])
 
 
+def kv_bytes_of(space: SearchSpace, values: Mapping[str, Any]) -> int | None:
+    """The KV cache size ``values`` set, in bytes (None: they leave it to the engine)."""
+    name = space.roles.kv_bytes
+    v = space.value_of(name, {**space.fixed_values, **values})
+    return None if v is None or name is None else _bytes(space, name, v)
+
+
 def candidate_of(space: SearchSpace, values: Mapping[str, Any], defaults: EngineDefaults) -> Candidate:
     """The candidate ``values`` describe (parameter name -> value; the space's fixed values added)."""
     values = {**space.fixed_values, **values}
     roles = space.roles
-    kv = defaults.kv_tokens
-    if (v := space.value_of(roles.kv_bytes, values)) is not None:
-        assert roles.kv_bytes is not None
-        kv = _bytes(space, roles.kv_bytes, v) // defaults.kv_bytes_per_token
+    kv_bytes = kv_bytes_of(space, values)
+    kv = defaults.kv_tokens if kv_bytes is None else kv_bytes // defaults.kv_bytes_per_token
     pool_gib = float(space.value_of(roles.kv_pool, values) or 0)
     return Candidate(
         label=describe_values(space, values) or "(defaults)",
