@@ -112,13 +112,12 @@ def run_grid(
             row["measured"] = None
             rows.append(row)
             continue
-        ok = trial.times.ok
-        tpot = (trial.times.latency - trial.times.ttft) / np.maximum(trial.times.output_tokens - 1, 1)
-        row["measured"] = {
-            "ttft_p50_ms": float(np.percentile(trial.times.ttft[ok], 50)) * 1000 if ok.any() else None,
+        row["measured"] = {  # as the trial reports them: medians over its passes
+            "ttft_p50_ms": trial.median(lambda p: p.ttft_ms(50)),
             "ttft_p90_ms": trial.ttft_p90_ms(),
-            "tpot_p50_ms": float(np.median(tpot[ok])) * 1000 if ok.any() else None,
-            "ok": int(ok.sum()), "requests": len(ok), "kv_tokens": trial.candidate.gpu_kv_tokens,
+            "tpot_p50_ms": trial.median(lambda p: p.tpot_ms(50)),
+            "passes": len(trial.passes), "ok": sum(int(p.ok.sum()) for p in trial.passes),
+            "requests": sum(len(p.ok) for p in trial.passes), "kv_tokens": trial.candidate.gpu_kv_tokens,
         }  # fmt: skip
         if before is not None:
             entry = model.ledger.add(before, trial.ttft_p90_ms(), label=row["key"])
@@ -222,7 +221,8 @@ def _real(args: Any, model_dir: str) -> tuple[dict[str, Any], LatencyModel, Engi
                 return None
             if rec.kv_tokens:  # what the engine allocated, in place of the estimate
                 cand = dataclasses.replace(cand, gpu_kv_tokens=rec.kv_tokens)
-            return MeasuredTrial(cand, RequestTimes.from_arrays(read_request_timings(rec.requests_path)))
+            arrays = read_request_timings(rec.requests_path)
+            return MeasuredTrial(cand, RequestTimes.passes_from_arrays(arrays, len(setup.workload)))
 
         shape = workload_shape(setup.workload, model_dir, speed=args.speed)
         result, model = run_grid(grid_of(space), candidate, measure, shape, args.seed)
@@ -247,7 +247,9 @@ def _dry(args: Any, model_dir: str) -> tuple[dict[str, Any], LatencyModel, Engin
         jitter = 1 + 0.05 * rng.standard_normal(len(shape.ids))
         ttft = sim.ttft * jitter
         latency = ttft + np.nan_to_num(sim.tpot) * (shape.outputs - 1) * jitter
-        return MeasuredTrial(cand, RequestTimes(shape.arrivals.copy(), ttft, latency, shape.outputs.copy()))
+        return MeasuredTrial(
+            cand, (RequestTimes(shape.arrivals.copy(), ttft, latency, shape.outputs.copy()),)
+        )
 
     result, model = run_grid(grid_of(space), candidate, measure, shape, args.seed)
     return result, model, CPU_DEFAULTS, "dry run: a simulated engine"

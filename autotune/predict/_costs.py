@@ -55,18 +55,36 @@ class RequestTimes:
         )
 
     @classmethod
-    def from_arrays(cls, arrays: Mapping[str, np.ndarray]) -> RequestTimes:
-        """A trial's ``.requests.npz`` arrays (``autotune.trial.read_request_timings``). They hold no
-        request ids: rows are put in planned-send order, which is workload order for a workload whose
-        requests are in arrival order with distinct planned times (ties keep the replay's order)."""
-        order = np.argsort(arrays["scheduled"], kind="stable")
-        ok = arrays["ok"][order].astype(bool)
-        return cls(
-            sent=arrays["sent"][order].astype(float),
-            ttft=np.where(ok, arrays["ttft"][order], np.nan),
-            latency=np.where(ok, arrays["latency"][order], np.nan),
-            output_tokens=arrays["output_tokens"][order].astype(float),
-        )
+    def passes_from_arrays(cls, arrays: Mapping[str, np.ndarray], requests: int) -> tuple[RequestTimes, ...]:
+        """A trial's ``.requests.npz`` arrays (``autotune.trial.read_request_timings``): its passes one
+        after the other, ``requests`` rows each (every request of the workload, failed ones too; a
+        pruned last pass may be shorter), each in completion order with times from its own start.
+        They hold no request ids: each pass's rows are put in planned-send order, which is workload
+        order for a workload whose requests are in arrival order with distinct planned times."""
+        n = len(arrays["sent"])
+        out = []
+        for lo in range(0, n, max(requests, 1)):
+            order = lo + np.argsort(arrays["scheduled"][lo : lo + requests], kind="stable")
+            ok = arrays["ok"][order].astype(bool)
+            out.append(
+                cls(
+                    sent=arrays["sent"][order].astype(float),
+                    ttft=np.where(ok, arrays["ttft"][order], np.nan),
+                    latency=np.where(ok, arrays["latency"][order], np.nan),
+                    output_tokens=arrays["output_tokens"][order].astype(float),
+                )
+            )
+        return tuple(out)
+
+    def ttft_ms(self, q: float) -> float:
+        """The ``q``-th percentile of the measured TTFTs, ms (NaN when no request succeeded)."""
+        ok = self.ok
+        return float(np.percentile(self.ttft[ok], q)) * 1000.0 if ok.any() else float("nan")
+
+    def tpot_ms(self, q: float) -> float:
+        ok = self.ok & (self.output_tokens > 1)
+        tpot = (self.latency - self.ttft)[ok] / (self.output_tokens[ok] - 1)
+        return float(np.percentile(tpot, q)) * 1000.0 if ok.any() else float("nan")
 
     @property
     def ok(self) -> np.ndarray:

@@ -9,7 +9,7 @@ the highest load that meets the SLO.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,12 +54,18 @@ class WorkloadShape:
 
 @dataclass(frozen=True)
 class MeasuredTrial:
+    """A configuration as measured: one :class:`RequestTimes` per replay on its engine (a trial's
+    passes, the prefix cache emptied between them)."""
+
     candidate: Candidate
-    times: RequestTimes
+    passes: tuple[RequestTimes, ...]
+
+    def median(self, figure: Callable[[RequestTimes], float]) -> float:
+        """A figure as the trial reports it: the median over its passes."""
+        return float(np.median([figure(p) for p in self.passes])) if self.passes else float("nan")
 
     def ttft_p90_ms(self) -> float:
-        ok = self.times.ok
-        return float(np.percentile(self.times.ttft[ok], 90)) * 1000.0 if ok.any() else float("nan")
+        return self.median(lambda p: p.ttft_ms(90))
 
 
 @dataclass(frozen=True)
@@ -129,9 +135,9 @@ class LatencyModel:
             raise ValueError("no measured trial to fit the model on")
         replays = []
         for m in measured:
-            t = m.times
-            hits = replayed_hits(self.cache(m.candidate), t.sent, t.sent + t.latency)
-            replays.append(Replay(t, hits, m.candidate.batched_tokens))
+            for t in m.passes:  # each pass starts from an emptied cache
+                hits = replayed_hits(self.cache(m.candidate), t.sent, t.sent + t.latency)
+                replays.append(Replay(t, hits, m.candidate.batched_tokens))
         self.costs = fit_costs(replays)
         self.fitted_on = len(measured)
         return self.costs

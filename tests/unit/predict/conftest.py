@@ -71,4 +71,4 @@ def measured(
         latency=ttft + sim.tpot * (s.outputs - 1) * jitter,
         output_tokens=s.outputs.copy(),
     )
-    return MeasuredTrial(c, times)
+    return MeasuredTrial(c, (times,))

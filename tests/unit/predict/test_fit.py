@@ -26,14 +26,15 @@ from tests.unit.predict.conftest import TRUE, candidate, measured, shape
 
 def _replayed(s: WorkloadShape, m: MeasuredTrial) -> TierHits:
     """The measured trial's cache hits as the model computes them (its cache over the measured run)."""
-    return replayed_hits(LatencyModel(s).cache(m.candidate), m.times.sent, m.times.sent + m.times.latency)
+    t = m.passes[0]
+    return replayed_hits(LatencyModel(s).cache(m.candidate), t.sent, t.sent + t.latency)
 
 
 def test_fit_recovers_the_costs_that_made_the_replay() -> None:
     s = shape()
     m = measured(s, candidate())
 
-    costs = fit_costs([Replay(m.times, _replayed(s, m), 2048)])
+    costs = fit_costs([Replay(m.passes[0], _replayed(s, m), 2048)])
 
     assert costs.prefill_s_per_token == pytest.approx(TRUE.prefill_s_per_token, rel=0.1)
     assert costs.step_s == pytest.approx(TRUE.step_s, rel=0.1)
@@ -52,7 +53,7 @@ def test_fit_recovers_the_host_pool_load_cost() -> None:
     hits = _replayed(s, m)
     assert hits.host.sum() > 0 and hits.gpu.sum() > 0  # both tiers serve
 
-    costs = fit_costs([Replay(m.times, hits, 2048)])
+    costs = fit_costs([Replay(m.passes[0], hits, 2048)])
 
     assert costs.host_s_per_token == pytest.approx(4e-6, rel=0.1)
     assert costs.prefill_s_per_token == pytest.approx(TRUE.prefill_s_per_token, rel=0.1)
@@ -61,7 +62,7 @@ def test_fit_recovers_the_host_pool_load_cost() -> None:
 def test_costs_are_never_negative_on_noisy_data() -> None:
     s = shape(n=60)
     costs = fit_costs(
-        [Replay(measured(s, candidate(), noise=0.3).times, tier_hits(s.prompts, 32, 100_000), 2048)]
+        [Replay(measured(s, candidate(), noise=0.3).passes[0], tier_hits(s.prompts, 32, 100_000), 2048)]
     )
 
     assert all(v is None or v >= 0 for v in costs.as_dict().values())
@@ -115,18 +116,20 @@ def test_cache_replay_matches_the_prior_on_one_tier() -> None:
         assert gpu == pytest.approx(lru_hit_share(chains_of(s.prompts, 32), capacity))
 
 
-def test_request_times_from_a_trials_npz_are_in_workload_order(tmp_path: Path) -> None:
+def test_request_times_from_a_trials_npz_are_its_passes_in_workload_order(tmp_path: Path) -> None:
     from autotune.trial import read_request_timings, write_request_timings
 
     def timing(rid: str, scheduled: float, sent: float) -> RequestTiming:
         return RequestTiming(rid, None, scheduled, sent, 0.1, 0.5, (), 5, 10)
 
-    # the replayer keeps them in send order: the second request left before the first, late
-    path = write_request_timings([timing("b", 1.0, 1.0), timing("a", 0.0, 1.2)], tmp_path / "t.npz")
+    # two passes one after the other, each in completion order ("b" finished first), the second pruned
+    pass_ = [timing("b", 1.0, 1.0), timing("a", 0.0, 1.2)]
+    path = write_request_timings([*pass_, *pass_, pass_[0]], tmp_path / "t.npz")
 
-    times = RequestTimes.from_arrays(read_request_timings(path))
+    passes = RequestTimes.passes_from_arrays(read_request_timings(path), requests=2)
 
-    assert times.sent.tolist() == [1.2, 1.0]  # workload order: "a" (planned at 0) first
+    assert [p.sent.tolist() for p in passes] == [[1.2, 1.0], [1.2, 1.0], [1.0]]  # workload order: "a" first
+    assert passes[0].ttft_ms(90) == pytest.approx(100.0) and passes[0].tpot_ms(50) == pytest.approx(100.0)
 
 
 def test_under_load_a_small_cache_serves_fewer_hits_than_one_request_at_a_time() -> None:
