@@ -9,6 +9,10 @@ recently used) until a new allocation needs the room. With prefix caching off no
 kept. A write-through host pool of ``pool_blocks`` serves a prefix the GPU lost. This is the prior's
 LRU (:func:`tier_hits`) with the blocks that running requests pin taken out of what the cache holds:
 under load a small KV cache serves fewer hits than one request at a time would see.
+
+Approximations: a request's output blocks are allocated at admission (vLLM allocates them as it
+decodes), and a prefix another running request is still computing counts as a hit (vLLM caches a
+block once computed): both matter only when requests sharing a prefix arrive within one prefill.
 """
 
 from __future__ import annotations
