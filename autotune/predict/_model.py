@@ -2,9 +2,9 @@
 cache serves), the fitted engine costs and the arrivals' simulation, giving any candidate
 configuration its TTFT p50/p90 and TPOT p50 with an interval from the model's own measured error.
 
-Capacity at an SLO is not predicted yet; its seam is :meth:`LatencyModel.predict_at`: the same
-simulation with the arrivals compressed by a factor, which a search over the factor would turn into
-the highest load that meets the SLO.
+Capacity at an SLO: :meth:`LatencyModel.capacity_at` bisects the arrivals' density factor
+(:meth:`LatencyModel.predict_at`, the same simulation with the arrivals compressed) for the highest
+load whose predicted p90 TTFT meets a limit; other SLO metrics are not wired yet.
 """
 
 from __future__ import annotations
@@ -173,6 +173,31 @@ class LatencyModel:
             hit_host=host,
             basis=basis,
         )
+
+    def capacity_at(
+        self,
+        candidate: Candidate,
+        ttft_p90_ms: float,
+        *,
+        low: float = 0.125,
+        high: float = 32.0,
+        steps: int = 10,
+    ) -> float | None:
+        """The densest arrivals (a factor on the workload's own; bisected in ``steps`` on a log
+        scale) at which the predicted p90 TTFT stays within ``ttft_p90_ms``; None when even ``low``
+        breaks it, ``high`` when ``high`` holds. The SLO capacity's seam: one metric for now."""
+
+        def holds(load: float) -> bool:
+            return self.predict_at(candidate, load).ttft_p90_ms <= ttft_p90_ms
+
+        if not holds(low):
+            return None
+        if holds(high):
+            return high
+        for _ in range(steps):
+            mid = float(np.sqrt(low * high))
+            low, high = (mid, high) if holds(mid) else (low, mid)
+        return low
 
     def rank(self, candidates: Sequence[Candidate], top: int | None = None) -> list[Prediction]:
         """Candidates by predicted p90 TTFT, best first."""

@@ -157,3 +157,18 @@ def test_a_cache_that_cannot_hold_the_next_request_queues_it() -> None:
     assert cache.admit(2) is None  # 8 of 8 held
     cache.release(0)
     assert cache.admit(2) == (0, 0)  # request 0's cached blocks evicted for it
+
+
+def test_capacity_at_a_ttft_limit_is_the_densest_load_that_holds_it() -> None:
+    s = shape(gap_s=0.1)
+    model = LatencyModel(s)
+    model.fit([measured(s, candidate())])
+    limit = 2 * model.predict(candidate()).ttft_p90_ms
+
+    cached = model.capacity_at(candidate(), limit)
+    uncached = model.capacity_at(candidate(caching=False), limit)
+
+    assert cached is not None and uncached is not None and cached > uncached > 0.125  # hits buy load
+    assert model.predict_at(candidate(), cached).ttft_p90_ms <= limit
+    assert model.predict_at(candidate(), cached * 1.2).ttft_p90_ms > limit  # within the bisection's step
+    assert model.capacity_at(candidate(), 0.001) is None  # below any request's own prefill
