@@ -17,6 +17,7 @@ from autotune.cli import compare as _compare
 from autotune.cli import doctor as _doctor
 from autotune.cli import init as _init
 from autotune.cli import nightly as _nightly
+from autotune.cli import predict as _predict
 from autotune.cli import report as _report
 from autotune.cli import run as _run
 from autotune.cli import study as _study
@@ -58,6 +59,7 @@ app.command("doctor")(_doctor.doctor)
 app.command("tiny-model")(_tiny.tiny_model)
 app.command("worker")(_worker.worker)
 app.command("capture")(_capture.capture)
+app.command("predict")(_predict.predict)
 app.add_typer(_nightly.app, name="nightly")
 app.add_typer(workload_app, name="workload", help="Synthesize, import, inspect and validate workload files.")
 
