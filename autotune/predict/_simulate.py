@@ -54,61 +54,103 @@ class _Running:
 def simulate(
     arrivals: np.ndarray, outputs: np.ndarray, cache: KvCache, costs: EngineCosts, limits: EngineLimits
 ) -> Simulated:
-    n = len(arrivals)
-    order = np.argsort(arrivals, kind="stable")
-    prompt = cache.chains.prompt
-    host_cost = costs.host_s_per_token or 0.0
-    first, last = np.full(n, np.nan), np.full(n, np.nan)
-    gpu_hits, host_hits = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
-    waiting: deque[int] = deque()
-    running: list[_Running] = []
-    t, nxt = 0.0, 0
-    while nxt < n or waiting or running:
-        while nxt < n and arrivals[order[nxt]] <= t:
-            waiting.append(int(order[nxt]))
-            nxt += 1
-        if not waiting and not running:
-            t = float(arrivals[order[nxt]])
-            continue
-        while waiting and len(running) < limits.max_seqs:
-            i = waiting[0]
-            hit = cache.admit(i, force=not running)
+    sim = _Simulation(arrivals, outputs, cache, costs, limits)
+    sim.run()
+    overhead = max(costs.overhead_s - costs.step_s, 0.0)
+    steps = np.maximum(outputs - 1, 1)
+    tpot = np.where(outputs > 1, (sim.last - sim.first) / steps, np.nan)
+    return Simulated(
+        ttft=sim.first - arrivals + overhead, tpot=tpot, gpu_hits=sim.gpu_hits, host_hits=sim.host_hits
+    )
+
+
+class _Simulation:
+    """The scheduler's state between steps: the clock, the queue, the running set, and per request
+    its first and last token times and the hits it was admitted with."""
+
+    def __init__(
+        self,
+        arrivals: np.ndarray,
+        outputs: np.ndarray,
+        cache: KvCache,
+        costs: EngineCosts,
+        limits: EngineLimits,
+    ) -> None:
+        n = len(arrivals)
+        self.arrivals, self.outputs, self.cache, self.costs, self.limits = (
+            arrivals,
+            outputs,
+            cache,
+            costs,
+            limits,
+        )
+        self.order = np.argsort(arrivals, kind="stable")
+        self.first, self.last = np.full(n, np.nan), np.full(n, np.nan)
+        self.gpu_hits, self.host_hits = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+        self.waiting: deque[int] = deque()
+        self.running: list[_Running] = []
+        self.t, self.next = 0.0, 0
+
+    def run(self) -> None:
+        n = len(self.arrivals)
+        while self.next < n or self.waiting or self.running:
+            self._arrive()
+            if not self.waiting and not self.running:
+                self.t = float(self.arrivals[self.order[self.next]])
+                continue
+            self._admit()
+            self._step()
+
+    def _arrive(self) -> None:
+        n = len(self.arrivals)
+        while self.next < n and self.arrivals[self.order[self.next]] <= self.t:
+            self.waiting.append(int(self.order[self.next]))
+            self.next += 1
+
+    def _admit(self) -> None:
+        prompt = self.cache.chains.prompt
+        while self.waiting and len(self.running) < self.limits.max_seqs:
+            i = self.waiting[0]
+            hit = self.cache.admit(i, force=not self.running)
             if hit is None:
-                break
-            waiting.popleft()
-            gpu_hits[i], host_hits[i] = hit
+                return
+            self.waiting.popleft()
+            self.gpu_hits[i], self.host_hits[i] = hit
             computed = max(int(prompt[i]) - hit[0] - hit[1], 1)
-            running.append(_Running(i, computed, max(int(outputs[i]), 1), hit[1]))
-        budget = limits.batched_tokens
-        decoding = [r for r in running if r.prefill == 0]
-        budget -= len(decoding)
+            self.running.append(_Running(i, computed, max(int(self.outputs[i]), 1), hit[1]))
+
+    def _chunks(self, budget: int) -> tuple[list[tuple[_Running, int]], int]:
+        """The prefill chunks of this step, in arrival order within the budget left after decoding,
+        and the tokens they load from the host pool (with each request's first chunk)."""
         chunks: list[tuple[_Running, int]] = []
         loaded = 0
-        for r in running:
+        for r in self.running:
             if r.prefill > 0 and budget > 0:
                 c = min(r.prefill, budget)
                 budget -= c
                 chunks.append((r, c))
                 loaded += r.host
                 r.host = 0
-        t += (
+        return chunks, loaded
+
+    def _step(self) -> None:
+        costs = self.costs
+        decoding = [r for r in self.running if r.prefill == 0]
+        chunks, loaded = self._chunks(self.limits.batched_tokens - len(decoding))
+        self.t += (
             costs.step_s
             + costs.step_s_per_seq * len(decoding)
             + costs.prefill_s_per_token * sum(c for _, c in chunks)
-            + host_cost * loaded
+            + (costs.host_s_per_token or 0.0) * loaded
         )
         for r in decoding:
             r.outputs -= 1
         for r, c in chunks:
             r.prefill -= c
             if r.prefill == 0:
-                first[r.index] = t
+                self.first[r.index] = self.t
                 r.outputs -= 1
-        for r in [r for r in running if r.outputs <= 0]:
-            last[r.index] = t
-            cache.release(r.index)
-            running.remove(r)
-    overhead = max(costs.overhead_s - costs.step_s, 0.0)
-    steps = np.maximum(outputs - 1, 1)
-    tpot = np.where(outputs > 1, (last - first) / steps, np.nan)
-    return Simulated(ttft=first - arrivals + overhead, tpot=tpot, gpu_hits=gpu_hits, host_hits=host_hits)
+        for r in [r for r in self.running if r.outputs <= 0]:
+            self.last[r.index] = self.t
+            self.cache.release(r.index)
+            self.running.remove(r)
