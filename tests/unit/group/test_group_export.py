@@ -69,7 +69,9 @@ def test_a_group_that_wins_is_confirmed_and_exported_with_its_launch_script(
         assert said == ["baseline group 0", "trial 1 0", "baseline group 1", "trial 1 1"], done.why  # A B A B
         assert done.confirmed, done.why
         assert done.value is not None and done.value < 0.9 and set(done.ratios) == {"rag", "chat"}
-        assert "every round ahead" in done.why
+        # each model against the spread of its own runs (the fake's restarts spread 10-20%), not the floor alone
+        assert "the noise of its own 2+2 A B runs" in done.why and "ranges do not overlap" in done.why
+        assert set(done.noise) == {"rag", "chat"} and all(v >= 0.1 for v in done.noise.values())
         same = confirm_group(setup, evaluate, base, _trial(2, dict(setup.baseline), "sampled"),
                              rounds=2, min_improvement=0.1, first_number=20)  # fmt: skip
         assert not same.confirmed and same.why.endswith("not confirmed"), same.why
