@@ -7,7 +7,7 @@ import dataclasses
 import logging
 import math
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,8 +17,9 @@ import optuna
 from autotune.space import RenderedConfig
 from autotune.study import COST_FIGURES, Objective, TrialRecord, baseline_trial, best_feasible, read_record
 from autotune.trial import ArmSummary, Comparison, VllmEvaluator, compare_configs, significant_gain
+from autotune.tuning._gpus import DEVICES_PREFIX
 
-__all__ = ["ArmVerdict", "Noise", "confirm_best", "judge_gain", "run_noise"]
+__all__ = ["ArmVerdict", "Noise", "confirm_best", "judge_gain", "on_shared_gpu", "run_noise"]
 
 log = logging.getLogger(__name__)
 
@@ -147,6 +148,15 @@ def judge_gain(
     )
 
 
+def on_shared_gpu(study: optuna.Study) -> bool:
+    """Whether a worker of ``study`` found another tenant's memory on its GPU (:func:`record_devices`)."""
+    return any(
+        isinstance(v, Mapping) and v.get("note")
+        for k, v in study.user_attrs.items()
+        if k.startswith(DEVICES_PREFIX)
+    )
+
+
 def confirm_best(
     study: optuna.Study,
     evaluator: VllmEvaluator,
@@ -157,13 +167,13 @@ def confirm_best(
     log_dir: Path,
     on_run: Callable[[str, int, TrialRecord], None] | None = None,
     candidate: optuna.trial.FrozenTrial | None = None,
-    shared: bool = False,
+    shared: bool | None = None,
 ) -> tuple[optuna.trial.FrozenTrial | None, dict[str, Any] | None]:
     """The trial to export and the confirmation record (None when nothing needed confirming).
     ``candidate``: the trial to confirm (default: the best feasible; see ``study.choose_export``).
-    ``shared``: the engine shares its machine (a GPU) with others, whose load moves its figures: the
-    noise is the spread its own A B A B runs show where that passes ``min_improvement``, and the
-    record's ``why`` says so."""
+    ``shared``: the engine shares its GPU with another tenant, whose load moves its figures (None: as
+    the study's workers recorded their GPUs, :func:`on_shared_gpu`): the noise is then the spread its
+    own A B A B runs show where that passes ``min_improvement``, and the record's ``why`` says so."""
     best = candidate or best_feasible(study)
     base = baseline_trial(study)
     if best is None or base is None or best.number == base.number or rounds < 1:
@@ -178,6 +188,7 @@ def confirm_best(
         on_run=on_run,
     )
     noise = Noise(min_improvement, min_improvement)
+    shared = on_shared_gpu(study) if shared is None else shared
     if shared:
         metric = objective.metric
         noise = run_noise(

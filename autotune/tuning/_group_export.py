@@ -1,12 +1,16 @@
 """A group study's end: the best group re-measured against the baseline group, then exported.
 
-Confirmation (as for one engine, ``tuning/_confirm.py``): the baseline group and the best group run
-alternately, A B A B, ``rounds`` times each, every engine of a group started as in a trial.
-The best group is confirmed when the group's objective on the models' medians (each model's median
-against its own median in the baseline group, folded as the study folds them) beats 1.0 by more
-than ``min_improvement``, no model is worse than its baseline beyond ``min_improvement``, and, with
-two or more rounds, every round's best group beat that round's baseline group (ranges apart). A
-group not confirmed is not exported as the best: the baseline group is, and the summary says why.
+Confirmation (as for one engine, ``tuning/_confirm.py``, whose gain verdict it shares): the baseline
+group and the best group run alternately, A B A B, ``rounds`` times each, every engine of a group
+started as in a trial. Engines that share a machine move each other's figures (on the H200 the equal
+split varied 2x run to run, against one engine's 3%), so each model is held against the noise its
+own runs show: the larger of ``min_improvement`` and the spread (max-min over the median) of its
+runs in either arm. The best group is confirmed when the group's objective on the models' medians
+(each model's median against its own median in the baseline group, folded as the study folds them)
+is below 1.0, at least one model gains beyond its noise (median gain, and with two or more rounds
+every run of it ahead of every baseline run), and no model is worse than its baseline beyond its
+noise. A group not confirmed is not exported as the best: the baseline group is, and the summary
+says why, naming each model's noise.
 
 Export: one ``vllm serve --config`` YAML per model (``NAME.yaml``, the command it was measured with:
 its share of the budget and its own configuration) into the ``out`` folder, each checked by the
