@@ -36,7 +36,7 @@ def _study(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mark: str, split_rag
     monkeypatch.setenv(MARK_ENV, mark)
     monkeypatch.setenv("AUTOTUNE_CPU_FLAGS", "avx2 avx512f avx512_bf16")  # sizes as split (no float32 rule)
     monkeypatch.setenv("FAKE_KV_TIERS", "12M:2.0,26M:1.2")
-    monkeypatch.setenv("FAKE_TTFT_SCALE", "50")  # ~0.5 s: the modelled TTFT, not the HTTP overhead
+    monkeypatch.setenv("FAKE_TTFT_SCALE", "100")  # ~1 s: the modelled TTFT, not the HTTP overhead
     l2 = make_tiny_model(tmp_path / "l2", layers=2)
     space = tmp_path / "space.yaml"
     space.write_text(SPACE)
