@@ -42,7 +42,9 @@ __all__ = [
 class ModelOutcome:
     """One model's part of a group trial: its objective figure (None: it failed), its figure in the
     baseline group, its weight and why it broke its own constraints (empty: it kept them);
-    ``metric``: the figure's name (``ttft_p90``), as an infeasible group names it."""
+    ``metric``: the figure's name (``ttft_p90``), as an infeasible group names it; ``relative``: the
+    constraints it broke against its baseline's figures (its throughput floor), apart from the
+    absolute ones (its SLOs) because a re-measurement judges those on its medians."""
 
     name: str
     value: float | None
@@ -51,6 +53,7 @@ class ModelOutcome:
     violations: tuple[str, ...] = field(default=())
     failure: str | None = None
     metric: str = ""
+    relative: tuple[str, ...] = field(default=())  # constraints it broke against its baseline (throughput)
 
 
 @dataclass(frozen=True)
@@ -58,7 +61,10 @@ class GroupScore:
     value: float | None  # None: infeasible (or no baseline figure to compare with)
     ratios: Mapping[str, float]  # each model's lower-is-better ratio to its baseline figure
     reasons: tuple[str, ...]  # why it is infeasible, one per model (empty: feasible)
-    worse: tuple[str, ...] = ()  # the models worse than their baseline beyond the noise (pareto)
+    worse: tuple[
+        str, ...
+    ] = ()  # models worse than their baseline: beyond the noise (pareto), or its throughput
+    broken: tuple[str, ...] = ()  # the reasons no re-measurement overturns: a failure, an SLO broken
 
     @property
     def feasible(self) -> bool:
@@ -113,14 +119,20 @@ def group_score(
     is; ``noise``: the floor beyond which a model counts as worse (``pareto``: the study's
     ``min_improvement``)."""
     reasons: list[str] = []
-    worse: list[str] = []
+    broken: list[str] = []
+    worse: dict[str, None] = {}
     ratios: dict[str, float] = {}
     for o in outcomes:
         if o.failure is not None or o.value is None:
-            reasons.append(f"{o.name}: {o.failure or 'no figure'}")
+            broken.append(f"{o.name}: {o.failure or 'no figure'}")
+            reasons.append(broken[-1])
             continue
         if o.violations:
-            reasons.append(f"{o.name}: {'; '.join(o.violations)}")
+            broken.append(f"{o.name}: {'; '.join(o.violations)}")
+            reasons.append(broken[-1])
+        if o.relative:
+            reasons.append(f"{o.name}: {'; '.join(o.relative)}")
+            worse[o.name] = None
         ratio = model_ratio(o, direction)
         if ratio is None:
             continue
@@ -128,7 +140,7 @@ def group_score(
         why = worse_beyond_noise(o.name, o.metric, ratio, noise, direction) if mode == "pareto" else None
         if why is not None:
             reasons.append(why)
-            worse.append(o.name)
+            worse[o.name] = None
     if reasons or len(ratios) < len(outcomes):
-        return GroupScore(None, ratios, tuple(reasons), tuple(worse))
+        return GroupScore(None, ratios, tuple(reasons), tuple(worse), tuple(broken))
     return GroupScore(fold_group(ratios, {o.name: o.weight for o in outcomes}, mode), ratios, ())

@@ -107,12 +107,11 @@ def _values(trial: optuna.trial.FrozenTrial, setup: GroupSetup) -> dict[str, dic
 
 def _ran(base: GroupTrialResult, cand: GroupTrialResult) -> GroupTrialResult | None:
     """The round's run that failed (None: both measured). A best group only worse than this round's
-    baseline beyond the floor has not failed: the rounds' medians, against each model's own spread,
-    judge that."""
+    baseline (beyond the floor, or below a model's throughput floor) has not failed: the rounds'
+    medians, against each model's own spread, judge that."""
     if not base.ok:
         return base
-    only_worse = cand.measured and len(cand.score.reasons) == len(cand.score.worse)
-    return None if cand.ok or only_worse else cand
+    return None if cand.ok or (cand.measured and not cand.score.broken) else cand
 
 
 def _ab_rounds(
@@ -161,6 +160,22 @@ def _model_verdict(
     return outcome, noise, judge_gain(comp, metric, maximize=maximize, noise=noise.value, capacity=False)
 
 
+def _throughput_short(
+    m: GroupModel, base: Sequence[GroupTrialResult], cand: Sequence[GroupTrialResult], floor: float
+) -> str | None:
+    """Why a model's median throughput falls below its floor (``min_throughput_ratio`` of its baseline
+    median) beyond the spread of its own runs (None: it holds)."""
+    comp = _model_comparison(m.name, "output_throughput", base, cand)
+    a, b = comp.a.median("output_throughput"), comp.b.median("output_throughput")
+    if not a or b is None:
+        return None
+    noise = run_noise(comp.a.figures["output_throughput"], comp.b.figures["output_throughput"], floor)
+    need = m.setup.objective.min_throughput_ratio
+    if b / a >= need * (1 - noise.value):
+        return None
+    return f"{m.name} output throughput {b / a:.2f}x its baseline, below its {need:.0%} floor beyond its {noise.text()}"
+
+
 def _group_verdict(
     setup: GroupSetup,
     mode: GroupMode,
@@ -181,6 +196,7 @@ def _group_verdict(
         for n, r in ratios.items()
         if (why := worse_beyond_noise(n, parts[n][0].metric, r, noise[n].value, direction, "noise"))
     ]
+    worse += [why for m in setup.models if (why := _throughput_short(m, base, cand, floor))]
     weights = {m.name: m.weight for m in setup.models}
     value = fold_group(ratios, weights, mode) if len(ratios) == len(parts) else None
     return _confirmation(value, ratios, noise, gains, worse, len(base))

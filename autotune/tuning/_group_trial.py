@@ -220,17 +220,20 @@ class GroupEvaluator:
         base_tput = None if baseline is None else baseline.figures(name, "output_throughput")
         figures = rec.figures.raw if rec.figures is not None else None
         cons = obj.constraints(figures, base_tput, feasible=value is not None)
-        broken = tuple(
-            _broken(c, rec, base_tput, obj.min_throughput_ratio, obj.slos_ms)
+        broken = {
+            c: _broken(c, rec, base_tput, obj.min_throughput_ratio, obj.slos_ms)
             for c, v in zip(obj.constraint_names(), cons, strict=True)
             if v > 0
-        )
+        }
+        relative = tuple(why for c, why in broken.items() if c == "throughput_vs_baseline")
+        absolute = tuple(why for c, why in broken.items() if c != "throughput_vs_baseline")
         return ModelOutcome(
             name=name,
             value=value,
             baseline=base_value,
             weight=model.weight,
-            violations=broken if value is not None else (),
+            violations=absolute if value is not None else (),
+            relative=relative if value is not None else (),
             failure=None if rec.status == TrialStatus.OK else (rec.reason or rec.failure),
             metric=obj.metric,
         )

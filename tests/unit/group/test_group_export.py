@@ -55,6 +55,9 @@ def test_a_group_that_wins_is_confirmed_and_exported_with_its_launch_script(
 ) -> None:
     monkeypatch.setenv(MARK_ENV, mark)
     monkeypatch.setenv("AUTOTUNE_CPU_FLAGS", "avx2 avx512f avx512_bf16")  # sizes as split (no float32 rule)
+    # a modelled TTFT of ~0.5 s: each model is held against its runs' spread, which on a busy host is
+    # mostly HTTP overhead on the fake's default ~10 ms
+    monkeypatch.setenv("FAKE_TTFT_SCALE", "50")
     group = load_group_file(_group(tmp_path, models))
     assert group is not None
     with build_group(group, FLAGS) as setup:

@@ -79,3 +79,20 @@ def test_pareto_makes_a_group_with_a_model_worse_beyond_the_noise_infeasible_by_
         ModelOutcome("chat", 50, 50),
     ]
     assert group_score(slo, direction="minimize").reasons == ("rag: slo:ttft_p90 not met",)
+
+
+def test_a_throughput_below_its_floor_is_kept_apart_from_what_no_re_measurement_overturns() -> None:
+    """A confirmation round goes on past a model worse than that round's baseline (the medians of
+    every round, against the model's own spread, judge it), never past a failure or a broken SLO."""
+    slow = [
+        ModelOutcome("rag", 60.0, 100.0, relative=("throughput_vs_baseline not met (91%)",)),
+        ModelOutcome("chat", 50.0, 50.0),
+    ]
+    score = group_score(slow, direction="minimize")
+    assert score.reasons == ("rag: throughput_vs_baseline not met (91%)",) and not score.feasible
+    assert score.worse == ("rag",) and score.broken == ()
+    slo = [
+        ModelOutcome("rag", 60.0, 100.0, violations=("slo:ttft_p90 not met",)),
+        ModelOutcome("chat", 50, 50),
+    ]
+    assert group_score(slo, direction="minimize").broken == ("rag: slo:ttft_p90 not met",)
