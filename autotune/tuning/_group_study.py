@@ -2,10 +2,13 @@
 or an equal split, each model's fixed flags), then the prior's split (when it has one), then
 sampled splits and configurations (``split.NAME`` and ``NAME.param``), each one group trial.
 
-A trial's value is the group's objective (the baseline group scores 1.0); each model's figures,
-command, log and reason are its user attrs (``model:NAME``). A split that cannot run is failed
-before launch with each model's reason; a failed or infeasible group trial is data, kept as Optuna
-keeps a trial without a value: PRUNED, its ``group_feasible`` constraint violated, its reason kept.
+A trial's value is the group's objective (``group_objective:``; the baseline group scores 1.0); each
+model's figures, command, log and reason are its user attrs (``model:NAME``). A split that cannot run
+is failed before launch with each model's reason; a failed or infeasible group trial (a model that
+broke its SLO, or under ``pareto`` one worse than its baseline beyond the noise floor, named with its
+figure in ``group_reason``) is data, kept as Optuna keeps a trial without a value: PRUNED, its
+``group_feasible`` constraint violated (the sampler learns the infeasible region from it), its
+ratios and reason kept.
 """
 
 from __future__ import annotations
