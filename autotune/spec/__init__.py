@@ -14,15 +14,17 @@ from autotune.spec._file import (
     spec_fingerprint,
     study_record,
 )
-from autotune.spec._group import GroupFile, load_group_file, parse_bytes
+from autotune.spec._group import GROUP_MODES, GroupFile, GroupMode, load_group_file, parse_bytes
 from autotune.spec._model import COMMANDS, EXPORT_FORMATS, ExportFormat, StudySpec
 from autotune.spec._render import commented_study_file
 
 __all__ = [
     "COMMANDS",
     "EXPORT_FORMATS",
+    "GROUP_MODES",
     "ExportFormat",
     "GroupFile",
+    "GroupMode",
     "StudySpec",
     "commented_study_file",
     "field_meta",

@@ -1,6 +1,9 @@
 """A study of several models on one server: ``models:`` (the engines that share the machine) and
 ``share:`` (the budgets they must fit together) in a study file, read and checked.
 
+``group_objective:`` folds the models' figures into the group's one number: ``pareto`` (the
+default), ``worst`` or ``weighted_sum`` (:mod:`autotune.study._group_objective`).
+
 Every other key of the file is a study key (:class:`~autotune.spec.StudySpec`) that applies to each
 model; a model's own ``model``, ``workload``, ``engine_args``, ``slo`` and ``space`` are set under its
 entry. Each model's effective study is :meth:`GroupFile.member_file` resolved as one engine's is.
@@ -12,7 +15,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal, cast, get_args
 
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
@@ -21,7 +24,19 @@ from autotune.errors import ConfigError
 from autotune.spec._file import StudyFile, key_lines, read_yaml_mapping, study_file_from
 from autotune.spec._model import slo_items
 
-__all__ = ["GroupFile", "GroupMember", "GroupShare", "is_group_file", "load_group_file", "parse_bytes"]
+__all__ = [
+    "GROUP_MODES",
+    "GroupFile",
+    "GroupMember",
+    "GroupMode",
+    "GroupShare",
+    "is_group_file",
+    "load_group_file",
+    "parse_bytes",
+]
+
+GroupMode = Literal["pareto", "worst", "weighted_sum"]
+GROUP_MODES: tuple[GroupMode, ...] = get_args(GroupMode)
 
 _PER_MODEL = ("model", "workload")  # keys each entry sets for itself (not a top-level key of a group)
 _BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
@@ -93,6 +108,7 @@ class GroupFile:
     share: GroupShare
     common: StudyFile
     lines: Mapping[str, int] = field(default_factory=dict)  # "models.NAME", "share.KEY" -> line
+    objective: GroupMode = "pareto"  # group_objective: how the models' figures fold into one
 
     def where(self, key: str) -> str:
         line = self.lines.get(key)
@@ -186,14 +202,27 @@ def _members(path: Path, raw: Any, lines: Mapping[str, int], top: int | None) ->
     return tuple(members)
 
 
+def _group_mode(path: Path, value: Any, line: int | None) -> GroupMode:
+    """The ``group_objective:`` key's value, or a one-line error naming the key, value and choices."""
+    if value is None:
+        return "pareto"
+    if value not in GROUP_MODES:
+        raise ConfigError(
+            f"{path}:{line or '?'}: group_objective: {value!r} is not a group objective (fix: one of "
+            f"{', '.join(GROUP_MODES)})"
+        )
+    return cast(GroupMode, value)
+
+
 def load_group_file(path: Path) -> GroupFile | None:
     """Read and check a group study file; None when the file declares no ``models:``."""
     data, text = read_yaml_mapping(path)
     if "models" not in data:
-        if "share" in data:
-            raise ConfigError(
-                f"{path}:{key_lines(text).get('share', '?')}: share: needs models: (fix: list the models)"
-            )
+        for key in ("share", "group_objective"):
+            if key in data:
+                raise ConfigError(
+                    f"{path}:{key_lines(text).get(key, '?')}: {key}: needs models: (fix: list the models)"
+                )
         return None
     top = key_lines(text)
     lines = _node_lines(text)
@@ -204,6 +233,7 @@ def load_group_file(path: Path) -> GroupFile | None:
                 f"models: (fix: move it into the models: entries)"
             )
     members = _members(path, data.pop("models"), lines, top.get("models"))
+    mode = _group_mode(path, data.pop("group_objective", None), top.get("group_objective"))
     try:
         share = GroupShare.model_validate(data.pop("share", None) or {})
     except ValidationError as exc:
@@ -222,5 +252,9 @@ def load_group_file(path: Path) -> GroupFile | None:
             f"{path}:{lines.get('share.baseline', '?')}: share.baseline: no share for {missing[0]!r} (fix: a "
             "share for every model, or no share.baseline for an equal split)"
         )
-    common = study_file_from(path, data, {k: v for k, v in top.items() if k not in ("models", "share")})
-    return GroupFile(path=Path(path), members=members, share=share, common=common, lines=lines)
+    common = study_file_from(
+        path, data, {k: v for k, v in top.items() if k not in ("models", "share", "group_objective")}
+    )
+    return GroupFile(
+        path=Path(path), members=members, share=share, common=common, lines=lines, objective=mode
+    )

@@ -13,7 +13,15 @@ from autotune.study._baseline import (
 )
 from autotune.study._best import best_feasible, completed_trials, in_scope, unmeasured
 from autotune.study._gates import GateVerdict, standard_gates
-from autotune.study._group_objective import GroupMode, GroupScore, ModelOutcome, group_score
+from autotune.study._group_objective import (
+    GroupMode,
+    GroupScore,
+    ModelOutcome,
+    fold_group,
+    group_score,
+    model_ratio,
+    worse_beyond_noise,
+)
 from autotune.study._journal import PendingJournal
 from autotune.study._measure import TrialMeasure, suggest_values
 from autotune.study._objective import Objective, parse_slo
@@ -77,10 +85,12 @@ __all__ = [
     "fail_orphaned_trials",
     "failure_summary",
     "figure_text",
+    "fold_group",
     "group_score",
     "in_scope",
     "load_or_create",
     "member_params",
+    "model_ratio",
     "open_storage",
     "parse_slo",
     "read_record",
@@ -98,5 +108,6 @@ __all__ = [
     "suggest_values",
     "unit",
     "unmeasured",
+    "worse_beyond_noise",
     "write_record",
 ]

@@ -112,13 +112,15 @@ class GroupEvaluator:
     setup: GroupSetup
     log_dir: Path
     check_args: bool = True
-    mode: GroupMode = "worst"
+    mode: GroupMode | None = None  # the group objective (None: the group file's group_objective:)
     # each model's vLLM caches under cache_root/NAME/cache (default: log_dir): a night's engines share
     # the study's, as one engine's nights do
     cache_root: Path | None = None
     evaluators: dict[str, VllmEvaluator] = field(init=False)
 
     def __post_init__(self) -> None:
+        if self.mode is None:
+            self.mode = self.setup.file.objective
         n = len(self.setup.models)
         first = self.setup.models[0].setup
         # on the CPU build each engine gets its own cores, as --workers cuts them; on GPUs all share them
@@ -191,9 +193,20 @@ class GroupEvaluator:
             reason = f"{stop.failed}: {stop.reason}"
             return GroupTrialResult(dict(records), GroupScore(None, {}, (reason,)), stop.failed, reason)
         outcomes = [self._outcome(m.name, records[m.name], baseline) for m in self.setup.models]
-        direction = self.setup.models[0].setup.objective.direction
-        score = group_score(outcomes, direction=direction, mode=self.mode)
+        score = self.score(outcomes)
         return GroupTrialResult(dict(records), score, None, "; ".join(score.reasons) or None)
+
+    @property
+    def noise_floor(self) -> float:
+        """The smallest change that counts (``min_improvement``, the one-engine noise floor)."""
+        return self.setup.models[0].setup.choices.min_improvement
+
+    def score(self, outcomes: list[ModelOutcome], noise: float | None = None) -> GroupScore:
+        """The group objective of ``outcomes``, as this study folds them (``noise``: a model worse
+        beyond it makes a ``pareto`` group infeasible; default the noise floor)."""
+        direction = self.setup.models[0].setup.objective.direction
+        floor = self.noise_floor if noise is None else noise
+        return group_score(outcomes, direction=direction, mode=self.mode or "pareto", noise=floor)
 
     def _outcome(self, name: str, rec: TrialRecord, baseline: GroupTrialResult | None) -> ModelOutcome:
         """One model's part: its figure against its figure in the baseline group, and the
@@ -207,18 +220,22 @@ class GroupEvaluator:
         base_tput = None if baseline is None else baseline.figures(name, "output_throughput")
         figures = rec.figures.raw if rec.figures is not None else None
         cons = obj.constraints(figures, base_tput, feasible=value is not None)
-        broken = tuple(
-            _broken(c, rec, base_tput, obj.min_throughput_ratio, obj.slos_ms)
+        broken = {
+            c: _broken(c, rec, base_tput, obj.min_throughput_ratio, obj.slos_ms)
             for c, v in zip(obj.constraint_names(), cons, strict=True)
             if v > 0
-        )
+        }
+        relative = tuple(why for c, why in broken.items() if c == "throughput_vs_baseline")
+        absolute = tuple(why for c, why in broken.items() if c != "throughput_vs_baseline")
         return ModelOutcome(
             name=name,
             value=value,
             baseline=base_value,
             weight=model.weight,
-            violations=broken if value is not None else (),
+            violations=absolute if value is not None else (),
+            relative=relative if value is not None else (),
             failure=None if rec.status == TrialStatus.OK else (rec.reason or rec.failure),
+            metric=obj.metric,
         )
 
 

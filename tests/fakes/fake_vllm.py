@@ -21,6 +21,8 @@ Faults, from the environment:
                             a server saturated on purpose)
   FAKE_TTFT_SCALE=X         multiply the modelled time to first token (so it dominates the HTTP overhead)
   FAKE_STARVED_FACTOR=X     how many times slower a starved KV pool (below 16M) is (default 3)
+  FAKE_KV_TIERS=S:X,...     a KV pool below S (e.g. 12M) has its time to first token multiplied by X (the
+                            smallest S it is below; replaces FAKE_STARVED_FACTOR's one 16M tier)
   FAKE_RESTART_JITTER=CV    each start draws a factor N(1, CV) for its time to first token
   FAKE_RESET_KEEPS=1        POST /reset_prefix_cache answers success but keeps the cache (a leaking tier)
   FAKE_LMCACHE_LOG=1        print LMCache's lookup line for each request (as LMCacheConnectorV1 does):
@@ -121,8 +123,7 @@ class _State:
         self.itl_s = 0.001
         if not args.enable_prefix_caching:
             self.ttft_s += 0.004
-        if _kv_bf16_bytes(args) < 16 * 2**20:  # a starved KV pool: prefixes evicted
-            self.ttft_s *= float(os.environ.get("FAKE_STARVED_FACTOR") or 3.0)
+        self.ttft_s *= _kv_factor(_kv_bf16_bytes(args))
         self.ttft_s *= float(os.environ.get("FAKE_TTFT_SCALE") or 1.0)
         jitter = float(os.environ.get("FAKE_RESTART_JITTER") or 0.0)
         if jitter:  # run-to-run noise of a restarted server (CV), as a real engine shows
@@ -139,6 +140,17 @@ def _too_long(prompt_tokens: int, max_tokens: int, max_model_len: int) -> dict[s
         f"({max_tokens} > {max_model_len} - {prompt_tokens}). None"
     )
     return {"error": {"message": message, "type": "BadRequestError", "param": None, "code": 400}}
+
+
+def _kv_factor(pool: int) -> float:
+    """How much slower a KV pool of ``pool`` bytes makes the first token: a starved pool evicts prefixes."""
+    tiers = os.environ.get("FAKE_KV_TIERS")
+    if not tiers:
+        return float(os.environ.get("FAKE_STARVED_FACTOR") or 3.0) if pool < 16 * 2**20 else 1.0
+    pairs = sorted(
+        (_size_bytes(size), float(factor)) for size, factor in (t.split(":") for t in tiers.split(","))
+    )
+    return next((factor for size, factor in pairs if pool < size), 1.0)
 
 
 def _kv_bf16_bytes(args: argparse.Namespace) -> int:

@@ -122,3 +122,25 @@ def test_the_example_group_file_reads_with_its_paths_beside_it() -> None:
     assert chat["workload"] == str(REPO / "examples" / "support_chat.jsonl")
     assert chat["model"] == str(REPO / ".models" / "tiny-l2")
     assert chat["engine_args"] == ("--enforce-eager", "--max-model-len=2048", "--max-num-seqs=64")
+
+
+def test_group_objective_defaults_to_pareto_and_a_bad_one_is_one_line_naming_the_choices(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "g.yaml"
+    body = "models:\n  - {name: a, model: m, workload: w.jsonl}\n  - {name: b, model: m, workload: w.jsonl}\n"
+    path.write_text(body)
+    group = load_group_file(path)
+    assert group is not None and group.objective == "pareto"
+    path.write_text(body + "group_objective: worst\n")
+    group = load_group_file(path)
+    assert group is not None and group.objective == "worst" and "group_objective" not in group.common.values
+    path.write_text(body + "group_objective: best\n")
+    with pytest.raises(ConfigError) as err:
+        load_group_file(path)
+    assert str(err.value) == (
+        f"{path}:4: group_objective: 'best' is not a group objective (fix: one of pareto, worst, weighted_sum)"
+    )
+    path.write_text("model: m\nworkload: w.jsonl\ngroup_objective: pareto\n")
+    with pytest.raises(ConfigError, match=r"g.yaml:3: group_objective: needs models:"):
+        load_group_file(path)

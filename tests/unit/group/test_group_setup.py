@@ -13,7 +13,13 @@ from autotune.errors import ConfigError, WorkloadError
 from autotune.spec import GroupFile, load_group_file
 from autotune.study import suggest_member, suggest_split
 from autotune.tiny_model import make_tiny_model
-from autotune.tuning import build_group, prior_split
+from autotune.tuning import (
+    GROUP_FINGERPRINT_ATTR,
+    build_group,
+    check_group_fingerprint,
+    group_fingerprint,
+    prior_split,
+)
 from tests.conftest import REPO
 
 FLAGS = {"check_args": False}
@@ -191,3 +197,32 @@ def test_what_a_group_study_does_not_do_is_refused_by_name_not_dropped(
     assert said in str(got.value) and "(fix: " in str(got.value) and "\n" not in str(got.value)
     with build_group(_group(tmp_path, group_yaml(models)), {**FLAGS, "workers": 1, "prune": False}):
         pass
+
+
+def test_the_group_objective_is_in_the_fingerprint_and_a_study_made_before_it_opens_under_worst(
+    tmp_path: Path, models: tuple[Path, Path]
+) -> None:
+    """Trials scored by one objective are not compared with another's: changing group_objective is
+    another study. A study recorded before the key scored its trials by worst, the only mode then."""
+    study = optuna.create_study(study_name="g")
+    with build_group(_group(tmp_path, group_yaml(models)), FLAGS) as setup:
+        old = {k: v for k, v in group_fingerprint(setup).items() if k != "group_objective"}
+        study.set_user_attr(GROUP_FINGERPRINT_ATTR, old)  # as this version's predecessor recorded it
+        assert group_fingerprint(setup)["group_objective"]["what"] == "group_objective pareto"
+        with pytest.raises(ConfigError) as err:
+            check_group_fingerprint(study, setup)
+    assert "group_objective: the study measures group_objective worst [worst], this run group_objective " \
+        "pareto [pareto]" in str(err.value)  # fmt: skip
+    assert (
+        "(fix: the study's group file as it was, with group_objective: worst, or a new --study name)"
+        in str(err.value)
+    )
+    with build_group(_group(tmp_path, group_yaml(models) + "group_objective: worst\n"), FLAGS) as setup:
+        check_group_fingerprint(study, setup)  # it opens, and now records its objective
+        assert study.user_attrs[GROUP_FINGERPRINT_ATTR]["group_objective"]["sha"] == "worst"
+        check_group_fingerprint(study, setup)
+    with (
+        build_group(_group(tmp_path, group_yaml(models) + "group_objective: weighted_sum\n"), FLAGS) as setup,
+        pytest.raises(ConfigError, match="with group_objective: worst"),
+    ):
+        check_group_fingerprint(study, setup)
