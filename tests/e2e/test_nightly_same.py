@@ -37,7 +37,7 @@ def _shape(value: Any, key: str = "") -> Any:
         return {k: _shape(v, k) for k, v in sorted(value.items())}
     if isinstance(value, list):
         return [_shape(v, key) for v in value]
-    if key in _MEASURED or key in ("runs", "run_costs") and isinstance(value, float):
+    if key in _MEASURED or (key in ("runs", "run_costs") and isinstance(value, float)):
         return type(value).__name__
     if isinstance(value, str):
         return _NUMBER.sub("N", re.sub(r"\S*/(\S+)", r"\1", value))
@@ -73,7 +73,11 @@ def _night_of(tmp: Path) -> dict[str, Any]:
             }
             for t in st.get_trials(deepcopy=False)
         ],
-        "export": [_shape(line) for line in export.read_text().splitlines() if not line.startswith("#")]
+        "export": [
+            re.sub(r"\S*/(\S+)", r"\1", line)
+            for line in export.read_text().splitlines()
+            if not line.startswith("#")
+        ]
         if export.exists()
         else None,
         "stdout": _lines(result.stdout),
