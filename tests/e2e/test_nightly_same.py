@@ -27,7 +27,7 @@ parameters:
 """
 
 FIXTURE = REPO / "tests" / "data" / "nightly_same.json"
-_MEASURED = {"value", "startup_s", "pass_spread", "median", "low", "high", "duration_s", "noise_band"}
+_MEASURED = {"value", "startup_s", "median", "low", "high", "duration_s", "noise_band"}
 _NUMBER = re.compile(r"\d+(\.\d+)?")
 
 
@@ -37,6 +37,8 @@ def _shape(value: Any, key: str = "") -> Any:
         return {k: _shape(v, k) for k, v in sorted(value.items())}
     if isinstance(value, list):
         return [_shape(v, key) for v in value]
+    if key == "pass_spread":  # measured when the run had passes enough
+        return "-"
     if key in _MEASURED or (key in ("runs", "run_costs") and isinstance(value, float)):
         return type(value).__name__
     if isinstance(value, str):
@@ -53,7 +55,7 @@ def _night_of(tmp: Path) -> dict[str, Any]:
     mark = uuid.uuid4().hex
     args = _night(tmp, max_trials=3, budget="5m")
     (tmp / "space.yaml").write_text(SPACE)  # block 64 at ~0.56x the default 128's time to first token
-    result = _run(args, mark, tmp, env=_env(mark, FAKE_TTFT_SCALE="20"))
+    result = _run(args, mark, tmp, env=_env(mark, FAKE_TTFT_SCALE="50"))
     assert result.returncode == 0, result.stderr
     assert not wait_no_processes(mark), "engine processes outlived the night"
     st = optuna.load_study(study_name="prod", storage=f"sqlite:///{tmp / 'studies' / 'prod.db'}")
@@ -91,4 +93,4 @@ def test_a_single_engine_night_decides_records_and_exports_as_before(tmp_path: P
         FIXTURE.write_text(json.dumps(got, indent=1, sort_keys=True) + "\n")
     want = json.loads(FIXTURE.read_text())
     for part in want:
-        assert got[part] == want[part], part
+        assert got[part] == want[part], (part, got["record"]["reason"])
