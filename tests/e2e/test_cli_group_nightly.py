@@ -1,6 +1,6 @@
 """``autotune nightly -f group.yaml`` on the fake server: after ``run`` exported a group into a
 folder, a night re-measures that deployed group against tonight's baseline group, searches, and
-promotes all models or none (the replaced files kept, --on-promote given the folder); the next
+promotes all models or none (the replaced files kept, --on-promote given the folder), its plan printed first; the next
 night holds the promoted group as its incumbent; a deployed file changed by hand is refused before
 any engine starts; ``nightly history`` prints the group's nights. No engine outlives a command."""
 
@@ -65,6 +65,8 @@ def test_nights_of_a_group_remeasure_the_deployed_group_search_and_promote_all_o
     first = CliRunner().invoke(app, night)
     assert first.exit_code == 0, f"{first.output}\n{first.exception!r}"
     assert "Group night 1:" in first.output and "re-measuring the baseline group" in first.output
+    # one night for N >= 1 engines: the group's plan comes first, as one engine's does
+    assert first.output.index("plan: 20.0 min at") < first.output.index("re-measuring the baseline group")
     n1 = nights(_study(tmp_path))[0]
     assert n1.group is not None and n1.group["incumbent_trial"] == deployed["trial"]
     assert n1.trials == 1 and len(n1.group["trial_numbers"]) == 1 and n1.run_costs
