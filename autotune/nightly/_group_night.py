@@ -36,7 +36,7 @@ import optuna
 
 from autotune.nightly._history import NightRecord, last_night, nights
 from autotune.nightly._night import NightDecision, NightSteps
-from autotune.nightly._plan import _Clock, open_clock, promotion_rounds
+from autotune.nightly._plan import _Clock, open_clock
 from autotune.nightly._tonight import NightOptions, NightState
 from autotune.study import member_params
 from autotune.tuning import (
@@ -198,11 +198,10 @@ class _GroupNight(NightState):
         promotion check (the plan's reserve)."""
         if self.stop:
             return self.stop
-        reserve = self.plan.reserve_after("search")
         last = [time.monotonic()]
 
         def should_stop() -> bool:
-            return not self.clock.can_start(1, reserve)
+            return not self.room_to_search()
 
         def on_done(rep: GroupTrialReport) -> None:
             if not (rep.reason or "").startswith("infeasible before launch"):  # one that started engines
@@ -241,7 +240,7 @@ class _GroupNight(NightState):
                 "kept",
                 f"kept the {self.label}: tonight's best, trial {best.number} ({best.value:.3f}), is not ahead of it",
             )
-        if not self.clock.can_start(2, self.plan.reserve_after("promotion")):
+        if not self.room_to_confirm():
             return NightDecision(
                 "kept",
                 f"kept the {self.label}: no time left in the budget to re-measure trial {best.number} against it",
@@ -250,7 +249,7 @@ class _GroupNight(NightState):
 
     def _confirm(self, best: optuna.trial.FrozenTrial) -> NightDecision:
         assert self.inc is not None
-        rounds = promotion_rounds(self.clock, self.plan)
+        rounds = self.confirm_rounds()
         self.say(f"night {self.number}: trial {best.number} against the {self.label}, {rounds} round(s) each")
         done = confirm_group(
             self.setup, self.runs.evaluate, self.inc, best, rounds=rounds,

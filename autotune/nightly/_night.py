@@ -35,7 +35,7 @@ import optuna
 from autotune.export import export_best, exports_the_same
 from autotune.nightly._decide import Candidate, candidates_of, no_candidate_reason, worse_reason
 from autotune.nightly._history import NIGHT_ATTR, NightRecord, nights, save_night
-from autotune.nightly._plan import make_plan, promotion_rounds
+from autotune.nightly._plan import make_plan
 from autotune.nightly._promote import keep_promoted, promoted_history
 from autotune.nightly._tonight import NightOptions, _Night, begin_night, remeasure
 from autotune.nightly._verdict import figure_of, regression, regression_against_baseline
@@ -56,7 +56,7 @@ def _search(n: _Night) -> str:
     if n.options.max_trials == 0:
         return "--max-trials 0 turned the search off"
     reserve = n.plan.reserve_after("search")
-    if not n.clock.can_start(1, reserve):
+    if not n.room_to_search():
         return (
             f"the re-measurement took {n.clock.elapsed() / 60:.1f} of {n.options.budget_s / 60:.1f} min, "
             f"leaving no room for one run ({n.clock.per_run() / 60:.1f} min) and the promotion check"
@@ -84,7 +84,7 @@ def _search(n: _Night) -> str:
         if n.search_stop:
             n.say(f"stopped the search: {n.search_stop}")
             return True
-        return not n.clock.can_start(1, reserve)
+        return not n.room_to_search()
 
     run_study(
         n.study,
@@ -171,7 +171,7 @@ def _decide(n: _Night, cands: list[Candidate], why_none: str) -> NightDecision:
     sign = -1.0 if n.maximize else 1.0
     if inc is not None and best.value is not None and sign * best.value >= sign * inc:
         return NightDecision("kept", worse_reason(best, len(challengers), n.metric, inc) + tail)
-    if not n.clock.can_start(2, n.plan.reserve_after("promotion")):
+    if not n.room_to_confirm():
         return NightDecision(
             "kept",
             f"not confirmed: trial #{best.number} looked better ({n.metric} {figure_text(best.value, n.metric)}) but the "
@@ -182,7 +182,7 @@ def _decide(n: _Night, cands: list[Candidate], why_none: str) -> NightDecision:
 
 def _confirm(n: _Night, best: Candidate) -> NightDecision:
     config = RenderedConfig(args=best.args, env=best.env)
-    rounds = promotion_rounds(n.clock, n.plan)
+    rounds = n.confirm_rounds()
     n.say(f"night {n.number}: trial #{best.number} against {n.inc_label}, {rounds} round(s) each")
     ab = compare_configs(
         n.evaluator("promotion"),

@@ -12,7 +12,7 @@ import optuna
 
 from autotune.nightly._fingerprint import describe_changes, fingerprints, workload_changes
 from autotune.nightly._history import NIGHT_ATTR, NightRecord, last_night, nights
-from autotune.nightly._plan import NightPlan, _Clock, measured_run_cost, open_clock
+from autotune.nightly._plan import NightPlan, _Clock, measured_run_cost, open_clock, promotion_rounds
 from autotune.nightly._verdict import Band, figure_of, noise_band
 from autotune.space import RenderedConfig, flag_pairs
 from autotune.study import (
@@ -32,6 +32,9 @@ __all__ = ["NightOptions", "NightState", "begin_night", "remeasure"]
 
 @dataclass(frozen=True)
 class NightOptions:
+    """One night's options, for one engine or a group (a group's incumbent is the group deployed in
+    ``out``: ``incumbent`` and ``top_k`` are one engine's)."""
+
     budget_s: float
     out: Path
     rounds: int = 2
@@ -55,6 +58,18 @@ class NightState:
     clock: _Clock
     plan: NightPlan
     changes: list[str]
+
+    def room_to_search(self) -> bool:
+        """Can one more search run start and leave the promotion check its runs (the plan's reserve)?"""
+        return self.clock.can_start(1, self.plan.reserve_after("search"))
+
+    def room_to_confirm(self) -> bool:
+        """Can the promotion check (2 runs at least) still start?"""
+        return self.clock.can_start(2, self.plan.reserve_after("promotion"))
+
+    def confirm_rounds(self) -> int:
+        """The promotion check's rounds: as many as tonight's measured costs allow, at least one."""
+        return promotion_rounds(self.clock, self.plan)
 
 
 @dataclass
