@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import shlex
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import optuna
@@ -32,7 +33,7 @@ from autotune.tuning import (
     study_directory,
 )
 
-__all__ = ["run_group"]
+__all__ = ["announce_prior", "open_group_study", "run_group"]
 
 
 def run_group(group: GroupFile, flags: Mapping[str, Any]) -> None:
@@ -47,24 +48,10 @@ def run_group(group: GroupFile, flags: Mapping[str, Any]) -> None:
 def _run(setup: GroupSetup, common: StudySpec) -> int:
     """The group study: every trial the whole group, its value the group's objective."""
     name = common.study or setup.file.path.stem
-    url = resolve_storage_url(common.storage, name, common.studies_dir)
-    sdir = study_directory(common.studies_dir, name)
-    sdir.mkdir(parents=True, exist_ok=True)
-    study = optuna.create_study(
-        study_name=name,
-        storage=url,
-        direction="minimize",
-        sampler=optuna.samplers.TPESampler(seed=common.seed),
-        load_if_exists=True,
-    )
+    study, sdir, url = open_group_study(common, name)
     check_group_fingerprint(study, setup)  # a resumed study is the same group, or it is refused
     _header(setup)
-    first = None
-    if common.prior:
-        prior = prior_split(setup)
-        first = prior.split
-        for line in prior.lines:
-            out.print(f"# {line}", markup=False, soft_wrap=True)
+    first = announce_prior(setup, common.prior)
     evaluate = GroupEvaluator(setup, sdir / "logs", check_args=common.check_args)
     earlier = baseline_group_trial(study)
     if earlier is not None:
@@ -78,6 +65,34 @@ def _run(setup: GroupSetup, common: StudySpec) -> int:
 
     saturated: dict[str, list[int]] = {}  # model -> the trials it saturated in, of this run's
     measured: list[int] = []  # this run's trials that measured every model
+    show = _shower(setup, saturated, measured)
+    run_group_study(setup, evaluate, study, n_trials=common.n_trials, first=first, on_done=show)
+    best = best_group_trial(study)
+    base = baseline_group_trial(study)
+    if best is None or base is None:
+        out.print(f"no group trial was measured (study {name}, {url})", soft_wrap=True)
+        return EXIT_NO_BASELINE
+    out.print(
+        f"best: trial {best.number}, group objective {best.value:.3f} (study {name}, {url})", soft_wrap=True
+    )
+    _always_saturated(saturated, measured)
+    chosen, header = _confirm(setup, evaluate, study, base, best, common)
+    target = common.out or sdir / "export"
+    written = export_group(setup, evaluate, chosen, target, header, export_format=common.export_format)
+    record_deployed(study, chosen, written)  # a night re-measures it as its incumbent
+    for model, path in written.configs.items():
+        out.print(f"wrote {path} ({model})", soft_wrap=True)
+    out.print(f"launch the group as measured: sh {written.launch}", soft_wrap=True)
+    if written.group_file is not None:
+        out.print(f"wrote {written.group_file} ({common.export_format}: every model)", soft_wrap=True)
+        out.print(f"deploy: {written.deploy}", soft_wrap=True)
+    return 0
+
+
+def _shower(
+    setup: GroupSetup, saturated: dict[str, list[int]], measured: list[int]
+) -> Callable[[GroupTrialReport], None]:
+    """Each group trial's line as it ends; the models that saturated their engine, noted."""
 
     def show(rep: GroupTrialReport) -> None:
         ratios = ", ".join(f"{n} {r:.3f}" for n, r in rep.ratios.items())
@@ -101,15 +116,11 @@ def _run(setup: GroupSetup, common: StudySpec) -> int:
                 soft_wrap=True,
             )
 
-    run_group_study(setup, evaluate, study, n_trials=common.n_trials, first=first, on_done=show)
-    best = best_group_trial(study)
-    base = baseline_group_trial(study)
-    if best is None or base is None:
-        out.print(f"no group trial was measured (study {name}, {url})", soft_wrap=True)
-        return EXIT_NO_BASELINE
-    out.print(
-        f"best: trial {best.number}, group objective {best.value:.3f} (study {name}, {url})", soft_wrap=True
-    )
+    return show
+
+
+def _always_saturated(saturated: dict[str, list[int]], measured: list[int]) -> None:
+    """A model that saturated its engine in every measured trial makes the best no evidence."""
     for model, trials in saturated.items():
         if measured and len(trials) >= len(measured):
             out.print(
@@ -120,17 +131,31 @@ def _run(setup: GroupSetup, common: StudySpec) -> int:
                 markup=False,
                 soft_wrap=True,
             )
-    chosen, header = _confirm(setup, evaluate, study, base, best, common)
-    target = common.out or sdir / "export"
-    written = export_group(setup, evaluate, chosen, target, header, export_format=common.export_format)
-    record_deployed(study, chosen, written)  # a night re-measures it as its incumbent
-    for model, path in written.configs.items():
-        out.print(f"wrote {path} ({model})", soft_wrap=True)
-    out.print(f"launch the group as measured: sh {written.launch}", soft_wrap=True)
-    if written.group_file is not None:
-        out.print(f"wrote {written.group_file} ({common.export_format}: every model)", soft_wrap=True)
-        out.print(f"deploy: {written.deploy}", soft_wrap=True)
-    return 0
+
+
+def open_group_study(common: StudySpec, name: str) -> tuple[optuna.Study, Path, str]:
+    """The group study ``name`` (created, or loaded to resume), its folder and its storage URL."""
+    url = resolve_storage_url(common.storage, name, common.studies_dir)
+    sdir = study_directory(common.studies_dir, name)
+    sdir.mkdir(parents=True, exist_ok=True)
+    study = optuna.create_study(
+        study_name=name,
+        storage=url,
+        direction="minimize",
+        sampler=optuna.samplers.TPESampler(seed=common.seed),
+        load_if_exists=True,
+    )
+    return study, sdir, url
+
+
+def announce_prior(setup: GroupSetup, use_prior: bool) -> Mapping[str, float] | None:
+    """The prior's split to try first (its reasons printed), or None with --no-prior."""
+    if not use_prior:
+        return None
+    prior = prior_split(setup)
+    for line in prior.lines:
+        out.print(f"# {line}", markup=False, soft_wrap=True)
+    return prior.split
 
 
 def _confirm(
@@ -210,12 +235,7 @@ def _print(setup: GroupSetup, p: GroupPreview) -> None:
 
 def _dry_run(setup: GroupSetup, samples: int, seed: int, use_prior: bool) -> int:
     _header(setup)
-    first = None
-    if use_prior:
-        prior = prior_split(setup)
-        first = prior.split
-        for line in prior.lines:
-            out.print(f"# {line}", markup=False, soft_wrap=True)
+    first = announce_prior(setup, use_prior)
     previews = preview_group(setup, samples=samples, seed=seed, first=first)
     for p in previews:
         _print(setup, p)

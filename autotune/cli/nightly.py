@@ -5,29 +5,78 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 from rich.text import Text
 
 from autotune.cli._console import console, out
-from autotune.cli._group_night import night_group
+from autotune.cli._group import announce_prior, open_group_study
 from autotune.cli._open import open_and_announce
 from autotune.cli._study_options import FILE_HELP, ExportPath, Storage, StudiesDir, study_command
 from autotune.errors import EXIT_BUDGET, EXIT_NOTHING_FEASIBLE, EXIT_REGRESSION, ConfigError, PromoteHookError
-from autotune.spec import StudySpec, load_study_file, resolve_spec
+from autotune.spec import GroupFile, StudySpec, load_study_file, resolve_spec
+
+if TYPE_CHECKING:
+    from autotune.nightly import NightRecord
 
 # typer needs Optional[...] at runtime on Python 3.10
 # ruff: noqa: UP045
 
-__all__ = ["app", "history", "nightly", "rollback"]
+__all__ = ["app", "history", "night_group", "nightly", "rollback"]
 
 app = typer.Typer(
     help="One unattended night of tuning; `autotune nightly history` prints a study's nights.",
     invoke_without_command=True,
     no_args_is_help=False,
 )
+
+
+def _say(line: str) -> None:
+    console.print(line, soft_wrap=True)
+
+
+def _say_plain(line: str) -> None:
+    console.print(line, soft_wrap=True, markup=False)
+
+
+def night_group(group: GroupFile, flags: Mapping[str, Any]) -> None:
+    """One night of the group study of ``group`` (``nightly -f group.yaml``, see
+    :mod:`autotune.nightly._group_night`): the same night, its record and exit codes as one engine's."""
+    from autotune.nightly import NightOptions, group_night, process_start, run_night
+    from autotune.tuning import GROUP_FINGERPRINT_ATTR, StudyLock, build_group, check_study_name
+
+    started = process_start()
+    common = resolve_spec("nightly", flags=flags, file=group.common)
+    if "incumbent" in flags or common.incumbent is not None:
+        raise ConfigError(
+            f"--incumbent: {group.path} is a study of several models on one server: its incumbent is the group "
+            "the study deployed into --out (fix: drop --incumbent; give the deployed folder as --out)"
+        )
+    name = check_study_name(common.study or group.path.stem)
+    with build_group(group, flags) as setup, StudyLock(common.storage, name, common.studies_dir):
+        study, sdir, _ = open_group_study(common, name)
+        if study.get_trials(deepcopy=False) and GROUP_FINGERPRINT_ATTR not in study.user_attrs:
+            raise ConfigError(
+                f"study {name!r} is a study of one engine, not of this group (fix: another --study name)"
+            )
+        first = announce_prior(setup, common.prior)
+        options = NightOptions(
+            budget_s=common.budget_s,
+            out=(common.out or sdir / "export").resolve(),
+            rounds=common.rounds,
+            min_improvement=common.min_improvement,
+            max_trials=common.max_trials,
+            started=started,
+        )
+        steps = group_night(
+            setup, study, sdir, options, check_args=common.check_args, first=first, say=_say_plain
+        )
+        record = run_night(steps, study)
+    out.print(record.summary(), soft_wrap=True, markup=False)
+    _finish(record, common, options.out, sdir)
 
 
 @app.callback(invoke_without_command=True)
@@ -46,6 +95,7 @@ def nightly(spec: StudySpec) -> None:
     from autotune.nightly import (
         NightOptions,
         bound_night_replay,
+        engine_night,
         process_start,
         run_night,
         write_night_reports,
@@ -74,16 +124,22 @@ def nightly(spec: StudySpec) -> None:
             max_trials=spec.max_trials,
             started=started,
         )
-        record = run_night(setup, st, sdir, options, say=lambda line: console.print(line, soft_wrap=True))
+        record = run_night(engine_night(setup, st, sdir, options, say=_say), st)
         record, report, index = write_night_reports(st, sdir, record, setup)
         console.print(
             f"report: {report or 'not written (see the log)'}; index of nights: {index or 'not written'}"
         )
     record = dataclasses.replace(record, duration_s=time.monotonic() - started)  # to exit, but the hook
     out.print(record.summary(), soft_wrap=True)
+    _finish(record, spec, options.out, sdir)
+
+
+def _finish(record: NightRecord, spec: StudySpec, export: Path, sdir: Path) -> None:
+    """The hook after a promotion, then the night's exit code: 3 regression (the alarm first: a deployed
+    config that no longer runs is a regression too), 4 nothing feasible, 8 no candidate fit the budget."""
     if record.decision == "promoted" and spec.on_promote:
-        _deliver(spec, record, options.out)  # after the atomic export; its failure never loses it
-    if record.regression:  # the alarm first: a deployed config that no longer runs is a regression too
+        _deliver(spec, record, export, sdir)  # after the atomic export; its failure never loses it
+    if record.regression:
         raise typer.Exit(EXIT_REGRESSION)
     if record.decision == "nothing_feasible":
         raise typer.Exit(EXIT_NOTHING_FEASIBLE)
@@ -138,31 +194,46 @@ def history(
     out.print(table)
 
 
-def _deliver(spec: StudySpec, record: Any, export: Path) -> None:
-    """Run --on-promote with the new config, the previous one and the night's figures in its environment."""
+def _deliver(spec: StudySpec, record: NightRecord, export: Path, sdir: Path) -> None:
+    """Run --on-promote with the new config, the previous one and the night's figures in its
+    environment; a group's: the promoted folder, the replaced files' folder and the group objective
+    against the incumbent. A failed hook exits with its own code (128+N: ended by signal N)."""
     from autotune.nightly import promoted_history, run_on_promote
 
     assert spec.on_promote is not None
-    kept = promoted_history(export, export.parent / "history")
-    figures = {
-        "best_value": (record.incumbent_figure or {}).get("median", float("nan")),
-        "baseline_value": (record.baseline_figure or {}).get("median", float("nan")),
-    }
+    if record.group is None:
+        kept = promoted_history(export, export.parent / "history")
+        previous = kept[-2] if len(kept) >= 2 else None
+        figures = {
+            "best_value": (record.incumbent_figure or {}).get("median", float("nan")),
+            "baseline_value": (record.baseline_figure or {}).get("median", float("nan")),
+        }
+        what, fix, objective, logs = (
+            f"the export {export}",
+            ", or `autotune nightly rollback`",
+            record.metric,
+            None,
+        )
+    else:
+        previous = Path(record.group["previous"]) if record.group.get("previous") else None
+        figures = {"group_objective": float(record.group.get("promoted_value") or 0.0)}
+        what, fix, objective, logs = f"the group in {export}", "", "group", sdir / "promote-logs"
     result = run_on_promote(
         spec.on_promote,
         new_config=export,
-        previous_config=kept[-2] if len(kept) >= 2 else None,
+        previous_config=previous,
         figures=figures,
         night=str(record.number),
         timeout_s=spec.on_promote_timeout,
-        objective=record.metric,
+        objective=objective,
+        log_dir=logs,
         scrub=[spec.api_key_env] if spec.api_key_env else [],
     )
     console.print(f"--on-promote: {result.describe()}", markup=False, soft_wrap=True)
-    if not result.ok:  # the night exits with the hook's own code (128+N: ended by signal N)
+    if not result.ok:
         raise PromoteHookError(
-            f"--on-promote: {result.describe()}; the export {export} is kept (fix: read the hook's log, then "
-            "re-run the hook by hand, or `autotune nightly rollback`)",
+            f"--on-promote: {result.describe()}; {what} is kept (fix: read the hook's log, then "
+            f"re-run the hook by hand{fix})",
             exit_code=result.shell_code,
         )
 

@@ -1,5 +1,7 @@
 """Night records, kept in the study's own storage (one study attribute per night), so every
-worker, report and later night reads the same history, on SQLite or PostgreSQL."""
+worker, report and later night reads the same history, on SQLite or PostgreSQL. One record type for
+a night of N >= 1 engines: a group's night (several models on one server) adds its ``group`` facts;
+a group night kept before the two were one (``group_night:NNNN``) is read into the same type."""
 
 from __future__ import annotations
 
@@ -9,12 +11,13 @@ from typing import Any
 
 import optuna
 
-from autotune.report import figure_text
+from autotune.study import figure_text
 
 __all__ = ["NIGHT_ATTR", "NightRecord", "figure_range", "last_night", "nights", "save_night"]
 
 NIGHT_ATTR = "night"  # trial attr: the night that ran it
 _PREFIX = "night:"
+_GROUP_PREFIX = "group_night:"  # a group's night as kept before the night was one pipeline: read only
 
 
 @dataclass(frozen=True)
@@ -49,17 +52,43 @@ class NightRecord:
     run_costs: list[float] = field(default_factory=list)  # seconds per engine run tonight
     workload_changes: list[str] = field(default_factory=list)  # in words: requests, tokens, reuse
     budget_needed_s: float | None = None  # set when the budget let no candidate run: what the plan needs
+    # a group's night only (several models on one server, its figure the group objective against
+    # tonight's baseline group = 1.0): incumbent_trial, incumbent_value, best, trial_numbers, previous
+    # (the folder the promoted group's replaced files went to), promoted_value; None for one engine
+    group: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        if self.group is None:  # one engine's record, as it was kept before a group's existed
+            del d["group"]
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> NightRecord:
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in known})
 
+    @classmethod
+    def from_group_dict(cls, d: dict[str, Any]) -> NightRecord:
+        """A group's night as it was kept before the night was one pipeline (``group_night:NNNN``)."""
+        best = d.get("best")
+        return cls(
+            number=int(d["number"]), date=str(d.get("started_at", "")), fingerprints={},
+            changes=list(d.get("changes") or ()), metric="group_objective", baseline_figure=None,
+            incumbent_label=str(d.get("incumbent", "")), incumbent_args=None, incumbent_env={},
+            incumbent_params=None, incumbent_figure=None, noise_band=None, regression=bool(d.get("regression")),
+            regression_reason="", decision=str(d.get("decision", "")), reason=str(d.get("reason", "")),
+            promoted_trial=best if d.get("decision") == "promoted" else None, trials=len(d.get("trials") or ()),
+            duration_s=float(d.get("duration_s") or 0.0), export=d.get("export"),
+            run_costs=[float(c) for c in d.get("run_costs") or ()],
+            group={"incumbent_trial": d.get("incumbent_trial"), "incumbent_value": d.get("incumbent_value"),
+                   "best": best, "trial_numbers": list(d.get("trials") or ())},
+        )  # fmt: skip
+
     def summary(self) -> str:
         """One paragraph for stdout and the cron mail."""
+        if self.group is not None:
+            return self._group_summary(self.group)
         inc = self.incumbent_figure
         base = self.baseline_figure
         parts = [
@@ -81,6 +110,13 @@ class NightRecord:
         if self.changes:
             parts.append("Changed since the last night: " + "; ".join(self.changes) + ".")
         return " ".join(parts)
+
+    def _group_summary(self, group: dict[str, Any]) -> str:
+        value = group.get("incumbent_value")
+        head = f"Group night {self.number}: incumbent {self.incumbent_label}"
+        head += f" {value:.3f} against tonight's baseline group" if value else ""
+        alarm = "REGRESSION: " if self.regression else "No regression. "
+        return f"{head}; {alarm}{self.reason} ({self.trials} group trial(s), {self.duration_s / 60:.1f} min)"
 
     def budget_line(self) -> str:
         """The last line of a night that could not run one candidate (exit 8); '' otherwise."""
@@ -114,7 +150,11 @@ def figure_range(f: dict[str, Any] | None, metric: str) -> str:
 
 
 def nights(study: optuna.Study) -> list[NightRecord]:
+    """The study's nights, in order: one engine's, a group's, and a group's kept as before."""
     out = [NightRecord.from_dict(v) for k, v in study.user_attrs.items() if k.startswith(_PREFIX)]
+    out += [
+        NightRecord.from_group_dict(v) for k, v in study.user_attrs.items() if k.startswith(_GROUP_PREFIX)
+    ]
     return sorted(out, key=lambda n: n.number)
 
 

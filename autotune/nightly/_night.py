@@ -13,6 +13,12 @@
    picks for tonight's workload first, then new trials, while the budget holds the promotion check.
 4. The best candidate of tonight against the incumbent, alternately; promoted only when it wins
    by more than the noise with every constraint held. The reason names what happened.
+
+One pipeline for N >= 1 engines: :func:`run_night` runs these steps, as a :class:`NightSteps`
+gives them, and keeps one :class:`NightRecord` a night. One engine's steps are here
+(:func:`engine_night`); a group's (several models on one server: the split, the shared budget,
+the launch file) are in :mod:`autotune.nightly._group_night`; both share the clock and the plan's
+reserve table (:func:`open_clock`), the promotion check's rounds and the record.
 """
 
 from __future__ import annotations
@@ -20,8 +26,9 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 import optuna
 
@@ -32,13 +39,12 @@ from autotune.nightly._plan import make_plan
 from autotune.nightly._promote import keep_promoted, promoted_history
 from autotune.nightly._tonight import NightOptions, _Night, begin_night, remeasure
 from autotune.nightly._verdict import figure_of, regression, regression_against_baseline
-from autotune.report import figure_text
 from autotune.space import RenderedConfig
-from autotune.study import TrialHooks, TrialReport, run_study
+from autotune.study import TrialHooks, TrialReport, figure_text, run_study
 from autotune.trial import compare_configs, config_to_args, significant_gain
 from autotune.tuning import TrialScope, TuningSetup
 
-__all__ = ["NightOptions", "run_night"]
+__all__ = ["NightDecision", "NightOptions", "NightSteps", "engine_night", "run_night"]
 
 log = logging.getLogger(__name__)
 IDLE_STOP = 20  # candidates in a row that start no engine (refused before launch, vetoed) end the search
@@ -50,28 +56,12 @@ def _search(n: _Night) -> str:
     if n.options.max_trials == 0:
         return "--max-trials 0 turned the search off"
     reserve = n.plan.reserve_after("search")
-    if not n.clock.can_start(1, reserve):
+    if not n.room_to_search():
         return (
             f"the re-measurement took {n.clock.elapsed() / 60:.1f} of {n.options.budget_s / 60:.1f} min, "
             f"leaving no room for one run ({n.clock.per_run() / 60:.1f} min) and the promotion check"
         )
-    warm = list(n.previous.top_params if n.previous else [])
-    if n.inc_params:
-        warm.insert(0, n.inc_params)
-    for params in [p for i, p in enumerate(warm) if p and p not in warm[:i]]:
-        n.study.enqueue_trial(params, skip_if_exists=False)
-    prior = n.setup.prior  # built once with the setup (cli/nightly.py), announced as the study opened
-    for line in prior.lines if prior is not None else ():
-        log.info(line)
-    if prior is not None:
-        added = prior.enqueue(n.study, scope={NIGHT_ATTR: n.number} if n.changes else None)
-        if n.drift and added:
-            n.say(
-                f"searching from the incumbent and from the prior's {len(added)} pick(s) for the new workload"
-            )
-        elif n.drift:
-            why = "tonight measured its picks" if prior.candidates else "it predicts the baseline best"
-            n.say(f"searching from the incumbent; the prior adds no pick for the new workload ({why})")
+    _warm_start(n)
     repeats = {"n": 0}  # a small space runs out: configurations the sampler proposes again
     idle: list[str] = []  # why the candidates since the last engine start did not start one
 
@@ -94,7 +84,7 @@ def _search(n: _Night) -> str:
         if n.search_stop:
             n.say(f"stopped the search: {n.search_stop}")
             return True
-        return not n.clock.can_start(1, reserve)
+        return not n.room_to_search()
 
     run_study(
         n.study,
@@ -107,6 +97,27 @@ def _search(n: _Night) -> str:
     return ""
 
 
+def _warm_start(n: _Night) -> None:
+    """The incumbent and the previous nights' top configurations first, then the prior's picks."""
+    warm = list(n.previous.top_params if n.previous else [])
+    if n.inc_params:
+        warm.insert(0, n.inc_params)
+    for params in [p for i, p in enumerate(warm) if p and p not in warm[:i]]:
+        n.study.enqueue_trial(params, skip_if_exists=False)
+    prior = n.setup.prior  # built once with the setup (cli/nightly.py), announced as the study opened
+    for line in prior.lines if prior is not None else ():
+        log.info(line)
+    if prior is not None:
+        added = prior.enqueue(n.study, scope={NIGHT_ATTR: n.number} if n.changes else None)
+        if n.drift and added:
+            n.say(
+                f"searching from the incumbent and from the prior's {len(added)} pick(s) for the new workload"
+            )
+        elif n.drift:
+            why = "tonight measured its picks" if prior.candidates else "it predicts the baseline best"
+            n.say(f"searching from the incumbent; the prior adds no pick for the new workload ({why})")
+
+
 def night_scope(n: _Night) -> TrialScope:
     """Tonight's trials: tagged with the night's number; after a change (workload, fixed flags)
     tonight's own measurements are the only twins reused and the only incumbents a candidate is
@@ -117,41 +128,51 @@ def night_scope(n: _Night) -> TrialScope:
 
 
 @dataclass(frozen=True)
-class _Decision:
+class NightDecision:
+    """What tonight decided: promoted, kept or nothing_feasible, and why (one engine's or a group's)."""
+
     decision: str
     reason: str
     promoted: int | None = None
 
 
-def _decide(n: _Night, cands: list[Candidate], why_none: str) -> _Decision:
-    """Promote only a confirmed gain; otherwise say what happened."""
-    feasible = [c for c in cands if c.feasible]
-    if n.inc_figure is None and n.base_figure is None and not feasible:
-        return _Decision("nothing_feasible", "neither the incumbent, the baseline nor any trial ran feasibly")
+def _challengers(n: _Night, cands: list[Candidate]) -> tuple[list[Candidate], list[Candidate]]:
+    """Tonight's feasible trials, best first, and those of them that differ from what is deployed."""
     sign = -1.0 if n.maximize else 1.0
-    pool = sorted((c for c in feasible if not c.baseline), key=lambda c: sign * (c.value or 0.0))
+    pool = sorted((c for c in cands if c.feasible and not c.baseline), key=lambda c: sign * (c.value or 0.0))
     trials = {t.number: t for t in n.study.get_trials(deepcopy=False)}
     challengers = [
         c
         for c in pool
         if list(c.args) != list(n.inc_config.args) and not exports_the_same(trials[c.number], n.options.out)
     ]
+    return pool, challengers
+
+
+def _decide(n: _Night, cands: list[Candidate], why_none: str) -> NightDecision:
+    """Promote only a confirmed gain; otherwise say what happened."""
+    if n.inc_figure is None and n.base_figure is None and not any(c.feasible for c in cands):
+        return NightDecision(
+            "nothing_feasible", "neither the incumbent, the baseline nor any trial ran feasibly"
+        )
+    pool, challengers = _challengers(n, cands)
     if pool and pool[0] not in challengers and Path(n.options.out).is_file():  # the best is what is deployed
-        return _Decision(
+        return NightDecision(
             "kept",
             f"kept (same config): trial #{pool[0].number}, tonight's best, is the command already "
             f"deployed at {n.options.out}; nothing written, no hook run",
         )
     if not challengers:
-        return _Decision("kept", no_candidate_reason(cands, n.inc_config.args, why_none))
+        return NightDecision("kept", no_candidate_reason(cands, n.inc_config.args, why_none))
     best = challengers[0]
     others = len([c for c in cands if not c.feasible])
     tail = f"; {others} more did not finish feasibly (pruned, infeasible or failed)" if others else ""
     inc = n.inc_figure["median"] if n.inc_figure else None
+    sign = -1.0 if n.maximize else 1.0
     if inc is not None and best.value is not None and sign * best.value >= sign * inc:
-        return _Decision("kept", worse_reason(best, len(challengers), n.metric, inc) + tail)
-    if not n.clock.can_start(2, n.plan.reserve_after("promotion")):
-        return _Decision(
+        return NightDecision("kept", worse_reason(best, len(challengers), n.metric, inc) + tail)
+    if not n.room_to_confirm():
+        return NightDecision(
             "kept",
             f"not confirmed: trial #{best.number} looked better ({n.metric} {figure_text(best.value, n.metric)}) but the "
             f"promotion check (2 runs at least) no longer fit in the budget",
@@ -159,11 +180,9 @@ def _decide(n: _Night, cands: list[Candidate], why_none: str) -> _Decision:
     return _confirm(n, best)
 
 
-def _confirm(n: _Night, best: Candidate) -> _Decision:
+def _confirm(n: _Night, best: Candidate) -> NightDecision:
     config = RenderedConfig(args=best.args, env=best.env)
-    rounds = n.plan.asked_rounds  # as many as tonight's measured costs allow, at least one
-    while rounds > 1 and not n.clock.can_start(2 * rounds, n.plan.reserve_after("promotion")):
-        rounds -= 1
+    rounds = n.confirm_rounds()
     n.say(f"night {n.number}: trial #{best.number} against {n.inc_label}, {rounds} round(s) each")
     ab = compare_configs(
         n.evaluator("promotion"),
@@ -177,13 +196,13 @@ def _confirm(n: _Night, best: Candidate) -> _Decision:
     if ok and any(not r.ok or (r.figures and r.figures.failed) for r in ab.b.runs):
         ok, why = False, why + "; but a re-measured run failed requests"
     if not ok:
-        return _Decision("kept", f"not confirmed: trial #{best.number} {why}")
+        return NightDecision("kept", f"not confirmed: trial #{best.number} {why}")
     _promote(n.study, n.study.trials[best.number], n.options.out, n.number)
     n.inc_config = RenderedConfig(args=tuple(config_to_args(n.options.out)[1]))  # as tomorrow reads it
     n.inc_params = dict(best.params)
     n.inc_figure = figure_of(list(ab.b.runs), n.metric)
     n.inc_label = f"promoted trial #{best.number}"
-    return _Decision("promoted", why, best.number)
+    return NightDecision("promoted", why, best.number)
 
 
 def _verdict(n: _Night) -> tuple[bool, str]:
@@ -211,23 +230,78 @@ def _verdict(n: _Night) -> tuple[bool, str]:
     return regression(n.maximize, n.inc_figure, last_fig, n.options.min_improvement, more)
 
 
-def run_night(
+class NightSteps(Protocol):
+    """A night's steps for its engines: one engine's (:func:`engine_night`) or a group's."""
+
+    def remeasure(self) -> None:
+        """The incumbent and the baseline, alternately, ``rounds`` times."""
+
+    def verdict(self) -> tuple[bool, str]:
+        """(regression, why)."""
+
+    def search(self) -> str:
+        """The warm-started search, while the budget holds the promotion check; '' when it
+        started, else why it did not."""
+
+    def decide(self, why_none: str) -> NightDecision:
+        """Tonight's best against the incumbent: promoted only when the gain is confirmed."""
+
+    def record(self, verdict: tuple[bool, str], decision: NightDecision, why_none: str) -> NightRecord:
+        """What the night did, as the study keeps it."""
+
+
+def run_night(steps: NightSteps, study: optuna.Study) -> NightRecord:
+    """One night of N >= 1 engines (the module's doc); its record is kept in ``study``."""
+    steps.remeasure()
+    verdict = steps.verdict()
+    why_none = steps.search()
+    record = steps.record(verdict, steps.decide(why_none), why_none)
+    save_night(study, record)
+    return record
+
+
+@dataclass
+class _OneEngine:
+    """One engine's night (N = 1, no split): the steps of this module over tonight's state."""
+
+    n: _Night
+    cands: list[Candidate] = field(default_factory=list)
+
+    def remeasure(self) -> None:
+        remeasure(self.n)
+
+    def verdict(self) -> tuple[bool, str]:
+        return _verdict(self.n)
+
+    def search(self) -> str:
+        return _search(self.n)
+
+    def decide(self, why_none: str) -> NightDecision:
+        self.cands = candidates_of(self.n.study, self.n.number)
+        return _decide(self.n, self.cands, why_none)
+
+    def record(self, verdict: tuple[bool, str], decision: NightDecision, why_none: str) -> NightRecord:
+        return _record(self.n, self.cands, verdict, decision, why_none)
+
+
+def engine_night(
     setup: TuningSetup,
     study: optuna.Study,
     sdir: Path,
     options: NightOptions,
     *,
     say: Callable[[str], None] = lambda line: None,
+) -> NightSteps:
+    """One engine's night: the plan printed first, then what changed since the last night."""
+    return _OneEngine(begin_night(setup, study, sdir, options, say))
+
+
+def _record(
+    n: _Night, cands: list[Candidate], verdict: tuple[bool, str], decision: NightDecision, why_none: str
 ) -> NightRecord:
-    n = begin_night(setup, study, sdir, options, say)
-    remeasure(n)
-    regressed, why_regression = _verdict(n)
-    why_none = _search(n)
-    cands = candidates_of(study, n.number)
-    decision = _decide(n, cands, why_none)
     sign = -1.0 if n.maximize else 1.0
     top = [c.params for c in sorted((c for c in cands if c.feasible), key=lambda c: sign * (c.value or 0.0))]
-    record = NightRecord(
+    return NightRecord(
         number=n.number,
         date=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         fingerprints=n.fp,
@@ -241,16 +315,16 @@ def run_night(
         incumbent_figure=n.inc_figure,
         noise_band=n.band.value,
         band_source=n.band.source,
-        regression=regressed,
-        regression_reason=why_regression,
+        regression=verdict[0],
+        regression_reason=verdict[1],
         decision=decision.decision,
         reason=decision.reason,
         promoted_trial=decision.promoted,
         trials=len(cands),
-        top_params=[p for p in top if p][: options.top_k],
+        top_params=[p for p in top if p][: n.options.top_k],
         duration_s=n.clock.elapsed(),
-        budget_s=options.budget_s,
-        export=str(options.out) if decision.promoted is not None else None,
+        budget_s=n.options.budget_s,
+        export=str(n.options.out) if decision.promoted is not None else None,
         plan=n.plan.as_dict(),
         runs=n.runs,
         candidates=[c.as_dict() for c in cands],
@@ -258,11 +332,9 @@ def run_night(
         workload_changes=n.drift,
         budget_needed_s=_budget_needed(n, cands, decision, why_none),
     )
-    save_night(study, record)
-    return record
 
 
-def _budget_needed(n: _Night, cands: list[Candidate], decision: _Decision, why_none: str) -> float | None:
+def _budget_needed(n: _Night, cands: list[Candidate], decision: NightDecision, why_none: str) -> float | None:
     """The budget tonight's plan needs, when the budget let no candidate run (exit 8); else None.
 
     At tonight's measured cost of a run: one round of the re-measurement, MIN_CANDIDATES candidates

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -27,7 +27,9 @@ __all__ = [
     "NightPlan",
     "make_plan",
     "measured_run_cost",
+    "open_clock",
     "process_start",
+    "promotion_rounds",
     "run_cost",
 ]
 
@@ -199,3 +201,32 @@ def make_plan(
         smallest_budget_s=smallest,
         fits=fits,
     )
+
+
+def open_clock(
+    budget_s: float,
+    started: float | None,
+    costs: Sequence[float],
+    *,
+    arms: Sequence[str],
+    rounds: int,
+    search: bool,
+    say: Callable[[str], None],
+) -> tuple[_Clock, NightPlan]:
+    """Tonight's clock (from ``started``, the process start the CLI gives; None: now) and its plan,
+    printed first: one engine's night and a group's alike."""
+    clock = _Clock(budget_s, prior_costs=costs)
+    if started is not None:
+        clock.t0 = started
+    plan = make_plan(budget_s, costs, arms=arms, rounds=rounds, search=search)
+    for line in plan.lines():
+        say(line)
+    return clock, plan
+
+
+def promotion_rounds(clock: _Clock, plan: NightPlan) -> int:
+    """The promotion check's rounds: as many as tonight's measured costs allow, at least one."""
+    rounds = plan.asked_rounds
+    while rounds > 1 and not clock.can_start(2 * rounds, plan.reserve_after("promotion")):
+        rounds -= 1
+    return rounds

@@ -14,7 +14,6 @@ import optuna
 
 from autotune.errors import AutotuneError, StudyNotFoundError
 from autotune.nightly._fingerprint import model_tokenizer
-from autotune.nightly._group_night import group_nights
 from autotune.nightly._history import NightRecord, figure_range, nights, save_night
 from autotune.report import write_nightly_index, write_plotly_js, write_study_report
 from autotune.space import flag_pairs
@@ -133,7 +132,7 @@ def history_table(study: str, storage: str | None, studies_dir: Path) -> History
     except KeyError as exc:
         raise StudyNotFoundError(f"--study: no study named {study!r} in {redact_url(url)}") from exc
     if GROUP_FINGERPRINT_ATTR in st.user_attrs:
-        return _group_history(study, group_nights(st))
+        return _group_history(study, nights(st))
     found = nights(st)
     if not found:
         return HistoryTable(
@@ -172,7 +171,7 @@ _GROUP_COLUMNS = (
 )
 
 
-def _group_history(study: str, found: list[dict[str, Any]]) -> HistoryTable:
+def _group_history(study: str, found: list[NightRecord]) -> HistoryTable:
     """A group study's nights (``autotune nightly -f group.yaml``): the incumbent's group objective
     against each night's baseline group, the decision and why."""
     if not found:
@@ -181,19 +180,19 @@ def _group_history(study: str, found: list[dict[str, Any]]) -> HistoryTable:
         )
     rows = []
     for n in found:
-        value = n.get("incumbent_value")
-        changed = "; ".join(n.get("changes") or ())
+        value = (n.group or {}).get("incumbent_value")
+        changed = "; ".join(n.changes)
         rows.append(
             (
-                str(n.get("number")),
-                str(n.get("started_at", ""))[:16],
-                str(n.get("incumbent", "")),
+                str(n.number),
+                n.date[:16],
+                n.incumbent_label,
                 f"{value:.3f}" if isinstance(value, int | float) else "-",
-                "YES" if n.get("regression") else "no",
-                str(n.get("decision", "")) + (f" #{n['best']}" if n.get("decision") == "promoted" else ""),
-                str(len(n.get("trials") or ())),
-                f"{float(n.get('duration_s') or 0) / 60:.1f} min",
-                str(n.get("reason", "")) + (f"; changed: {changed}" if changed else ""),
+                "YES" if n.regression else "no",
+                n.decision + (f" #{n.promoted_trial}" if n.promoted_trial is not None else ""),
+                str(n.trials),
+                f"{n.duration_s / 60:.1f} min",
+                n.reason + (f"; changed: {changed}" if changed else ""),
             )
         )
     return HistoryTable(

@@ -12,26 +12,29 @@ import optuna
 
 from autotune.nightly._fingerprint import describe_changes, fingerprints, workload_changes
 from autotune.nightly._history import NIGHT_ATTR, NightRecord, last_night, nights
-from autotune.nightly._plan import NightPlan, _Clock, make_plan, measured_run_cost
+from autotune.nightly._plan import NightPlan, _Clock, measured_run_cost, open_clock, promotion_rounds
 from autotune.nightly._verdict import Band, figure_of, noise_band
-from autotune.report import figure_text
 from autotune.space import RenderedConfig, flag_pairs
 from autotune.study import (
     REFERENCE_ATTR,
     TrialHooks,
     TrialRecord,
     baseline_trial,
+    figure_text,
     render_reference,
     run_study,
 )
 from autotune.trial import VllmEvaluator, config_to_args
 from autotune.tuning import TrialScope, TuningSetup
 
-__all__ = ["NightOptions", "begin_night", "remeasure"]
+__all__ = ["NightOptions", "NightState", "begin_night", "remeasure"]
 
 
 @dataclass(frozen=True)
 class NightOptions:
+    """One night's options, for one engine or a group (a group's incumbent is the group deployed in
+    ``out``: ``incumbent`` and ``top_k`` are one engine's)."""
+
     budget_s: float
     out: Path
     rounds: int = 2
@@ -43,25 +46,44 @@ class NightOptions:
 
 
 @dataclass
-class _Night:
-    """Tonight's state, as the steps fill it in."""
+class NightState:
+    """What every night holds, of one engine or of a group: its study and folder, its options, where
+    its lines go, its number, its clock and plan, and what changed since the last night."""
 
-    setup: TuningSetup
     study: optuna.Study
     sdir: Path
     options: NightOptions
     say: Callable[[str], None]
     number: int
-    previous: NightRecord | None
     clock: _Clock
     plan: NightPlan
+    changes: list[str]
+
+    def room_to_search(self) -> bool:
+        """Can one more search run start and leave the promotion check its runs (the plan's reserve)?"""
+        return self.clock.can_start(1, self.plan.reserve_after("search"))
+
+    def room_to_confirm(self) -> bool:
+        """Can the promotion check (2 runs at least) still start?"""
+        return self.clock.can_start(2, self.plan.reserve_after("promotion"))
+
+    def confirm_rounds(self) -> int:
+        """The promotion check's rounds: as many as tonight's measured costs allow, at least one."""
+        return promotion_rounds(self.clock, self.plan)
+
+
+@dataclass
+class _Night(NightState):
+    """One engine's night: tonight's state, as the steps fill it in."""
+
+    setup: TuningSetup
+    previous: NightRecord | None
     inc_label: str
     inc_config: RenderedConfig
     inc_params: dict[str, Any] | None
     base_config: RenderedConfig
     one_arm: bool
     fp: dict[str, dict[str, Any]]
-    changes: list[str]
     drift: list[str]
     runs: list[dict[str, Any]] = field(default_factory=list)
     inc_figure: dict[str, Any] | None = None
@@ -143,22 +165,20 @@ def begin_night(
     setup: TuningSetup, study: optuna.Study, sdir: Path, options: NightOptions, say: Callable[[str], None]
 ) -> _Night:
     """The plan, printed first, then what changed since the last night."""
-    clock = _Clock(options.budget_s)  # from the process start when the CLI gives it
-    if options.started is not None:
-        clock.t0 = options.started
     previous = last_night(study)
     number = (previous.number + 1) if previous else 1
     inc_label, inc_config, inc_params = _incumbent(setup, study, options, previous)
     base_config = _baseline_config(setup, study)
     one_arm = _same(setup, inc_config, base_config)
-    arms = (inc_label,) if one_arm else ("baseline", inc_label)
-    costs = measured_run_cost(study, [n.as_dict() for n in nights(study)])
-    clock.prior_costs = costs
-    plan = make_plan(
-        options.budget_s, costs, arms=arms, rounds=options.rounds, search=options.max_trials != 0
+    clock, plan = open_clock(
+        options.budget_s,
+        options.started,
+        measured_run_cost(study, [n.as_dict() for n in nights(study)]),
+        arms=(inc_label,) if one_arm else ("baseline", inc_label),
+        rounds=options.rounds,
+        search=options.max_trials != 0,
+        say=say,
     )
-    for line in plan.lines():
-        say(line)
     if one_arm:
         say("  the incumbent's command is the baseline's: its runs give both figures")
     fp = fingerprints(setup)

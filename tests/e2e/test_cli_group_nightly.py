@@ -1,6 +1,6 @@
 """``autotune nightly -f group.yaml`` on the fake server: after ``run`` exported a group into a
 folder, a night re-measures that deployed group against tonight's baseline group, searches, and
-promotes all models or none (the replaced files kept, --on-promote given the folder); the next
+promotes all models or none (the replaced files kept, --on-promote given the folder), its plan printed first; the next
 night holds the promoted group as its incumbent; a deployed file changed by hand is refused before
 any engine starts; ``nightly history`` prints the group's nights. No engine outlives a command."""
 
@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from autotune.cli import app
 from autotune.errors import ConfigError
-from autotune.nightly import group_nights
+from autotune.nightly import nights
 from autotune.tiny_model import make_tiny_model
 from tests.conftest import FAKE_LAUNCHER, MARK_ENV, REPO, processes_marked, write_fake_space
 
@@ -65,23 +65,29 @@ def test_nights_of_a_group_remeasure_the_deployed_group_search_and_promote_all_o
     first = CliRunner().invoke(app, night)
     assert first.exit_code == 0, f"{first.output}\n{first.exception!r}"
     assert "Group night 1:" in first.output and "re-measuring the baseline group" in first.output
-    n1 = group_nights(_study(tmp_path))[0]
-    assert n1["incumbent_trial"] == deployed["trial"] and len(n1["trials"]) == 1 and n1["run_costs"]
-    assert n1["decision"] in ("promoted", "kept"), n1
+    # one night for N >= 1 engines: the group's plan comes first, as one engine's does
+    assert first.output.index("plan: 20.0 min at") < first.output.index("re-measuring the baseline group")
+    n1 = nights(_study(tmp_path))[0]
+    assert n1.group is not None and n1.group["incumbent_trial"] == deployed["trial"]
+    assert n1.trials == 1 and len(n1.group["trial_numbers"]) == 1 and n1.run_costs
+    assert n1.decision in ("promoted", "kept"), n1
     after = {p.name: p.read_bytes() for p in export.iterdir() if p.is_file()}
-    if n1["decision"] == "promoted":  # all models or none: every file replaced, the old ones kept
+    if n1.decision == "promoted":  # all models or none: every file replaced, the old ones kept
         assert after != before and (tmp_path / "hook.txt").read_text().split() == [str(export), "1"]
         kept = studies / "g" / "group-history" / "night-0001"
         assert {p.name: p.read_bytes() for p in kept.iterdir()} == before
-        assert _study(tmp_path).user_attrs["group_deployed"]["trial"] == n1["best"]
+        assert _study(tmp_path).user_attrs["group_deployed"]["trial"] == n1.promoted_trial == n1.group["best"]
     else:
         assert after == before and not (tmp_path / "hook.txt").exists()
 
     second = CliRunner().invoke(app, [*night, "--max-trials", "0"])
     assert second.exit_code == 0, f"{second.output}\n{second.exception!r}"
-    n2 = group_nights(_study(tmp_path))[1]
-    assert n2["incumbent_trial"] == _study(tmp_path).user_attrs["group_deployed"]["trial"]
-    assert n2["trials"] == [] and n2["decision"] == "kept" and n2["changes"] == []
+    n2 = nights(_study(tmp_path))[1]
+    assert (
+        n2.group is not None
+        and n2.group["incumbent_trial"] == _study(tmp_path).user_attrs["group_deployed"]["trial"]
+    )
+    assert n2.trials == 0 and n2.decision == "kept" and n2.changes == []
     history = CliRunner().invoke(app, ["nightly", "history", "--study", "g", "--studies-dir", str(studies)])
     assert history.exit_code == 0 and "nights of group study g" in history.output, history.output
 
@@ -89,5 +95,5 @@ def test_nights_of_a_group_remeasure_the_deployed_group_search_and_promote_all_o
     edited = CliRunner().invoke(app, night)
     assert isinstance(edited.exception, ConfigError), edited.output
     assert "rag.yaml: the deployed group's file differs" in str(edited.exception)
-    assert len(group_nights(_study(tmp_path))) == 2  # refused before the night began
+    assert len(nights(_study(tmp_path))) == 2  # refused before the night began
     assert not processes_marked(mark)
