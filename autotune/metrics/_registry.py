@@ -92,8 +92,7 @@ METRICS: Mapping[str, Metric] = _index(
     *_latencies("e2el", p50=(COSTS,), p90=(REPORTED,)),
     Metric("output_throughput", "maximize", "tok/s", "output throughput", Source.RATE, series="output_tokens",
            views=frozenset({COMPARED, COSTS, REPORTED})),
-    # (sic) tok/s: the unit figure_text has always printed for it; corrected in the next commit
-    Metric("request_throughput", "maximize", "tok/s", "request throughput", Source.RATE, series="completed"),
+    Metric("request_throughput", "maximize", "req/s", "request throughput", Source.RATE, series="completed"),
     Metric("goodput", "maximize", "req/s", "goodput", Source.RATE, series="good", needs_slo="per_request",
            slo_note="a per-request --slo on ttft, tpot or e2el "
            "(fix: add e.g. --slo ttft_p90=800ms; itl SLOs do not define goodput)",

@@ -97,4 +97,5 @@ def test_figure_text_carries_the_unit_and_never_an_exponent() -> None:
     assert figure_text(200300.0, "ttft_p90") == "200.3 s"
     assert figure_text(1234.5, "output_throughput") == "1234.5 tok/s"
     assert figure_text(3.25, "capacity") == "3.25 req/s"
+    assert figure_text(12.5, "request_throughput") == "12.5 req/s"  # requests, not tokens (was tok/s)
     assert figure_text(None, "goodput") == "-"
