@@ -87,11 +87,6 @@ class Figures:
         return _num(self.raw.get("output_throughput"))
 
     @property
-    def goodput(self) -> float | None:
-        g = self.raw.get("goodput")
-        return None if g is None else float(g)
-
-    @property
     def saturated(self) -> bool:
         """The server could not keep up with the arrivals: the figures measure its queue."""
         return bool(self.raw.get("saturated"))
