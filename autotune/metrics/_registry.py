@@ -51,8 +51,9 @@ class Metric:
     unit: str  # "ms", "tok/s", "req/s"; "" for a share
     label: str  # as a sentence names it: "TTFT p90", "output throughput"
     source: Source
-    series: str = ""  # LATENCY: which series; RATE: which count ("completed", "output_tokens", "good")
+    series: str = ""  # LATENCY: which series ("ttft", ...)
     stat: str = ""  # LATENCY: "p50" ... "p99" or "mean"
+    count: str = ""  # RATE: what it counts over the replay's duration ("completed", "output_tokens", "good")
     needs_slo: SloNeed = ""  # an objective on it needs a per-request SLO, or any SLO
     slo_note: str = ""  # what ``--objective NAME needs`` without it, and the fix
     views: frozenset[str] = frozenset()
@@ -90,10 +91,10 @@ METRICS: Mapping[str, Metric] = _index(
     *_latencies("tpot", p50=(COMPARED, COSTS, REPORTED), p90=(COSTS, REPORTED)),
     *_latencies("itl", p50=(COSTS,), p90=(COSTS, REPORTED)),
     *_latencies("e2el", p50=(COSTS,), p90=(REPORTED,)),
-    Metric("output_throughput", "maximize", "tok/s", "output throughput", Source.RATE, series="output_tokens",
+    Metric("output_throughput", "maximize", "tok/s", "output throughput", Source.RATE, count="output_tokens",
            views=frozenset({COMPARED, COSTS, REPORTED})),
-    Metric("request_throughput", "maximize", "req/s", "request throughput", Source.RATE, series="completed"),
-    Metric("goodput", "maximize", "req/s", "goodput", Source.RATE, series="good", needs_slo="per_request",
+    Metric("request_throughput", "maximize", "req/s", "request throughput", Source.RATE, count="completed"),
+    Metric("goodput", "maximize", "req/s", "goodput", Source.RATE, count="good", needs_slo="per_request",
            slo_note="a per-request --slo on ttft, tpot or e2el "
            "(fix: add e.g. --slo ttft_p90=800ms; itl SLOs do not define goodput)",
            views=frozenset({COMPARED, REPORTED})),
@@ -166,7 +167,7 @@ def rate_figures(counts: Mapping[str, int | None], duration_s: float) -> dict[st
     out: dict[str, float | None] = {}
     for m in METRICS.values():
         if m.source is Source.RATE:
-            n = counts.get(m.series)
+            n = counts.get(m.count)
             out[m.name] = None if n is None else n / duration_s
     return out
 
