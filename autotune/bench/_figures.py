@@ -16,17 +16,14 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 
-import numpy as np
-
 from autotune.bench._arrivals import ArrivalSpec
 from autotune.bench._queue import ServerQueue
-from autotune.bench._saturation import saturation_of
+from autotune.bench._saturation import Saturation, saturation_of
 from autotune.bench._timing import RequestTiming, schedule_lag
+from autotune.metrics import PERCENTILES, figure_value, latency_figures, rate_figures
 
 __all__ = ["PERCENTILES", "TrialFigures", "failure_counts", "meets_slos", "summarize"]
 
-PERCENTILES = (50, 75, 90, 95, 99)
-_METRICS = ("ttft", "tpot", "itl", "e2el")
 TOP_FAILURES = 5
 _DIGITS_RE = re.compile(r"\d+")
 
@@ -60,14 +57,7 @@ class TrialFigures:
 
     def metric(self, name: str) -> float:
         """Any figure by name: ``ttft_p90``, ``tpot_mean``, ``output_throughput``, ``goodput``..."""
-        if name in self.percentiles_ms:
-            return float(self.percentiles_ms[name])
-        if name.endswith("_mean") and name[:-5] in self.mean_ms:
-            return float(self.mean_ms[name[:-5]])
-        value = asdict(self).get(name)
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            return float(value)
-        raise KeyError(name)
+        return figure_value(self.as_dict(), name)
 
     def as_dict(self) -> dict[str, object]:
         d = asdict(self)
@@ -75,10 +65,6 @@ class TrialFigures:
         d["mean_ms"] = dict(self.mean_ms)
         d["failures"] = dict(self.failures)
         return d
-
-
-def _pct(values: Sequence[float], q: float) -> float:
-    return float(np.percentile(np.asarray(values) * 1000.0, q)) if values else float("nan")
 
 
 def meets_slos(t: RequestTiming, slos_ms: Mapping[str, float]) -> bool:
@@ -139,35 +125,22 @@ def summarize(
     millisecond on the event loop delays them) saturation is not judged. ``queue``: vLLM's own queue
     sampled during the replay, which tells a late replayer from a server that cannot keep up."""
     ok = [t for t in timings if t.ok]
-    series: dict[str, list[float]] = {
-        "ttft": [t.ttft for t in ok if t.ttft is not None],
-        "tpot": [v for t in ok if (v := t.tpot) is not None],
-        "itl": [g for t in ok for g in t.itl],
-        "e2el": [t.latency for t in ok if t.latency is not None],
-    }
-    pct = {f"{m}_p{q}": _pct(series[m], q) for m in _METRICS for q in PERCENTILES}
-    mean = {m: float(np.mean(series[m]) * 1000.0) if series[m] else float("nan") for m in _METRICS}
+    pct, mean = latency_figures(_series(ok))
     out_tokens = sum(t.output_tokens for t in ok)
-    good = None
-    if slos_ms:
-        good = sum(meets_slos(t, slos_ms) for t in timings) / duration_s
+    good = sum(meets_slos(t, slos_ms) for t in timings) if slos_ms else None
+    rates = rate_figures({"completed": len(ok), "output_tokens": out_tokens, "good": good}, duration_s)
     lag = replace(schedule_lag(timings), server_queue=queue)
-    saturation = (
-        saturation_of(timings, closed_loop=arrival.mode == "closed", queue=queue)
-        if arrival is not None
-        else None
-    )
-    speed = arrival.speed if arrival is not None and arrival.mode == "timestamps" else None
+    saturation = _saturation(timings, arrival, queue)
     return TrialFigures(
         completed=len(ok),
         failed=len(timings) - len(ok),
         duration_s=duration_s,
-        request_throughput=len(ok) / duration_s,
-        output_throughput=out_tokens / duration_s,
+        request_throughput=rates["request_throughput"] or 0.0,
+        output_throughput=rates["output_throughput"] or 0.0,
         total_output_tokens=out_tokens,
         percentiles_ms=pct,
         mean_ms=mean,
-        goodput=good,
+        goodput=rates["goodput"],
         lag_p99_ms=lag.p99_ms,
         behind_schedule=lag.behind,
         schedule_note=lag.note(),
@@ -175,6 +148,28 @@ def summarize(
         lag_max_ms=lag.max_ms,
         lag_tolerance_ms=lag.tolerance_ms,
         saturated=saturation is not None and saturation.saturated,
-        saturation_note=saturation.note(speed) if saturation is not None else "",
+        saturation_note=saturation.note(_speed(arrival)) if saturation is not None else "",
         server_queue=queue.as_dict() if queue is not None else None,
     )
+
+
+def _series(ok: Sequence[RequestTiming]) -> dict[str, list[float]]:
+    """The per-request series the latency figures are statistics of (seconds; ITL pooled)."""
+    return {
+        "ttft": [t.ttft for t in ok if t.ttft is not None],
+        "tpot": [v for t in ok if (v := t.tpot) is not None],
+        "itl": [g for t in ok for g in t.itl],
+        "e2el": [t.latency for t in ok if t.latency is not None],
+    }
+
+
+def _saturation(
+    timings: Sequence[RequestTiming], arrival: ArrivalSpec | None, queue: ServerQueue | None
+) -> Saturation | None:
+    if arrival is None:
+        return None
+    return saturation_of(timings, closed_loop=arrival.mode == "closed", queue=queue)
+
+
+def _speed(arrival: ArrivalSpec | None) -> float | None:
+    return arrival.speed if arrival is not None and arrival.mode == "timestamps" else None

@@ -13,7 +13,8 @@ import optuna
 from rich.markup import escape
 from rich.table import Table
 
-from autotune.study import TrialRecord, TrialReport, baseline_what, read_record, unit
+from autotune.metrics import unit
+from autotune.study import TrialRecord, TrialReport, baseline_what, read_record
 from autotune.tuning import FORMATS_ATTR
 
 if TYPE_CHECKING:
@@ -59,41 +60,55 @@ def trial_line(rep: TrialReport, metric: str) -> str:
     head = f"  trial #{rep.number} {rec.status.value}"
     if rec.duplicate_of is not None:
         head += f" (same config as #{rec.duplicate_of}: measurement reused)"
-    if not rec.ok:
-        reason = (rec.reason or "").split(";")[0]
-        failure = rec.failure if rec.failure != rec.status.value else None  # not "pruned: pruned"
-        body = f"[red]{failure}[/red] {reason}" if failure else reason
-    else:
-        f = rec.figures
-        hit = rec.metrics.prefix_hit_rate if rec.metrics else None
-        ttft50 = f.get("ttft_p50") if f else None
-        also = "" if metric == "ttft_p50" else f"ttft_p50={fmt_value('ttft_p50', ttft50)} "  # not twice
-        head_figure = (
-            capacity_text(f.raw)
-            if metric == "capacity" and f is not None
-            else f"{metric}={fmt_value(metric, rep.value)}"
-        )
-        body = (
-            f"{head_figure} {also}"
-            f"out={f.output_throughput if f else math.nan:.1f} tok/s failed={f.failed if f else 0}"
-            + (f" prefix-hit={hit:.0%}" if hit is not None else "")
-            + _passes_note(rec, metric).replace("\n", " (")
-            + (")" if rec.pass_spread(metric) is not None else "")
-            + _first_failure(rec)
-            + ("" if rep.feasible else " [yellow](violates a constraint)[/yellow]")
-            + (
-                " [yellow](replay behind schedule)[/yellow]"
-                if f is not None and f.raw.get("behind_schedule")
-                else ""
-            )
-            + (f" [red]({escape(f.saturation_note)})[/red]" if f is not None and f.saturated else "")
-        )
+    body = _measured(rep, metric) if rec.ok else _why_not(rec)
     best = (
         f" | best so far: #{rep.best_number} {fmt_value(metric, rep.best_value)}"
         if rep.best_number is not None
         else " | no feasible trial yet"
     )
     return head + ": " + body + best
+
+
+def _why_not(rec: TrialRecord) -> str:
+    """A trial that measured nothing: its failure class and the first clause of its reason."""
+    reason = (rec.reason or "").split(";")[0]
+    failure = rec.failure if rec.failure != rec.status.value else None  # not "pruned: pruned"
+    return f"[red]{failure}[/red] {reason}" if failure else reason
+
+
+def _measured(rep: TrialReport, metric: str) -> str:
+    """The objective's figure, TTFT p50 (unless it is the objective), throughput, failures, the
+    prefix-hit share, the passes, and what makes the figure doubtful."""
+    rec = rep.record
+    f = rec.figures
+    hit = rec.metrics.prefix_hit_rate if rec.metrics else None
+    ttft50 = f.get("ttft_p50") if f else None
+    also = "" if metric == "ttft_p50" else f"ttft_p50={fmt_value('ttft_p50', ttft50)} "  # not twice
+    head_figure = (
+        capacity_text(f.raw)
+        if metric == "capacity" and f is not None
+        else f"{metric}={fmt_value(metric, rep.value)}"
+    )
+    return (
+        f"{head_figure} {also}"
+        f"out={f.output_throughput if f else math.nan:.1f} tok/s failed={f.failed if f else 0}"
+        + (f" prefix-hit={hit:.0%}" if hit is not None else "")
+        + _passes_note(rec, metric).replace("\n", " (")
+        + (")" if rec.pass_spread(metric) is not None else "")
+        + _first_failure(rec)
+        + _doubts(rep)
+    )
+
+
+def _doubts(rep: TrialReport) -> str:
+    """`` [yellow](violates a constraint)[/yellow]`` and the like: why the figure may not count."""
+    f = rep.record.figures
+    out = "" if rep.feasible else " [yellow](violates a constraint)[/yellow]"
+    if f is not None and f.raw.get("behind_schedule"):
+        out += " [yellow](replay behind schedule)[/yellow]"
+    if f is not None and f.saturated:
+        out += f" [red]({escape(f.saturation_note)})[/red]"
+    return out
 
 
 def capacity_text(raw: Mapping[str, Any]) -> str:
@@ -151,23 +166,15 @@ def study_table(study: optuna.Study, metric: str) -> Table:
         table.add_column(col, overflow="fold", no_wrap=col != "configuration")
     for t in study.get_trials(deepcopy=False):
         rec = read_record(t)
-        status = rec.status.value if "status" in t.user_attrs else t.state.name.lower()
-        if not rec.ok and rec.failure and rec.failure != status and "status" in t.user_attrs:
-            status += f" ({rec.failure})"
-        m = rec.metrics
-        hit = m.prefix_hit_rate if m else None
-        host = m.host_hit_rate if m else None
         row = [
             str(t.number),
-            status,
+            _status(t, rec),
             # a trial still queued (the prior's candidate) has its values in fixed_params until it runs
             _what(rec, t.params or t.system_attrs.get("fixed_params") or {}, formats, "\n", study),
-            (fmt_value(metric, t.value) + _passes_note(rec, metric)) if rec.ok else "-",
-            fmt_value("ttft_p50", rec.figures.get("ttft_p50")) if rec.ok and rec.figures else "-",
-            f"{rec.figures.output_throughput:.1f}" if rec.ok and rec.figures else "-",
-            (f"{hit:.0%}" if hit is not None else "-") + _predicted_note(rec),
+            *_figure_cells(rec, metric, t.value),
         ]
         if not cpu_build:
+            host = rec.metrics.host_hit_rate if rec.metrics else None
             row.append(f"{host:.0%}" if host is not None else "-")
         row += [
             f"{rec.kv_tokens:,}" if rec.kv_tokens else "-",
@@ -176,6 +183,26 @@ def study_table(study: optuna.Study, metric: str) -> Table:
         ]
         table.add_row(*row)
     return table
+
+
+def _status(t: optuna.trial.FrozenTrial, rec: TrialRecord) -> str:
+    """``failed (out_of_memory)``; Optuna's state for a trial that wrote no record (yet)."""
+    if "status" not in t.user_attrs:
+        return t.state.name.lower()
+    status = rec.status.value
+    return status + f" ({rec.failure})" if not rec.ok and rec.failure and rec.failure != status else status
+
+
+def _figure_cells(rec: TrialRecord, metric: str, value: float | None) -> list[str]:
+    """The objective (with its passes), TTFT p50, output throughput and the prefix-hit share."""
+    f = rec.figures if rec.ok else None
+    hit = rec.metrics.prefix_hit_rate if rec.metrics else None
+    return [
+        (fmt_value(metric, value) + _passes_note(rec, metric)) if rec.ok else "-",
+        fmt_value("ttft_p50", f.get("ttft_p50")) if f else "-",
+        f"{f.output_throughput:.1f}" if f else "-",
+        (f"{hit:.0%}" if hit is not None else "-") + _predicted_note(rec),
+    ]
 
 
 def group_table(view: GroupView) -> Table:

@@ -210,8 +210,9 @@ def summary_lines(rec: TrialRecord, slos_ms: dict[str, float]) -> list[str]:
         f"requests: {f.completed} completed, {f.failed} failed in {float(raw.get('duration_s') or 0):.1f} s; "
         f"{float(raw.get('request_throughput') or 0):.2f} req/s, {f.output_throughput:.1f} output tok/s"
     ]
-    if f.goodput is not None:
-        lines.append(f"goodput: {f.goodput:.2f} req/s meeting every per-request SLO")
+    goodput = f.get("goodput")  # None without a per-request SLO
+    if goodput is not None:
+        lines.append(f"goodput: {goodput:.2f} req/s meeting every per-request SLO")
     for name, limit in slos_ms.items():
         value = f.get(name)
         held = "held" if value is not None and value <= limit else "MISSED"

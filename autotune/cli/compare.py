@@ -12,6 +12,7 @@ from rich.table import Table
 from autotune.cli._console import console, out
 from autotune.cli._study_options import study_command
 from autotune.errors import ConfigError
+from autotune.metrics import COMPARED, shown_in
 from autotune.spec import StudySpec
 from autotune.study import TrialRecord
 from autotune.trial import Comparison, compare_configs, compare_recorded, config_to_args, read_measurement
@@ -19,15 +20,7 @@ from autotune.tuning import TuningSetup, build_setup, on_gpus
 
 __all__ = ["compare"]
 
-_ROWS = (
-    "ttft_p50",
-    "ttft_p90",
-    "tpot_p50",
-    "output_throughput",
-    "goodput",
-    "prefix_hit_rate",
-    "host_hit_rate",
-)
+_ROWS = shown_in(COMPARED)
 
 
 @study_command("compare")

@@ -56,8 +56,7 @@ class TrialRow:
 
     @property
     def goodput(self) -> float | None:
-        f = self.record.figures
-        return f.goodput if f is not None and self.record.ok else None
+        return self.figure("goodput")
 
     @property
     def prefix_hit_rate(self) -> float | None:

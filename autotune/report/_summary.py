@@ -9,24 +9,15 @@ from typing import Any
 import optuna
 
 from autotune.errors import ExportError
-from autotune.report._data import StudyFacts
+from autotune.metrics import METRICS, REPORTED, shown_in, unit
+from autotune.report._data import StudyFacts, TrialRow
 from autotune.report._html import Cell, esc, table_html
 from autotune.report._plots import params_text
-from autotune.study import baseline_saturation, saturation_summary, unit
+from autotune.study import baseline_saturation, saturation_summary
 
 __all__ = ["facts_table", "summary_html"]
 
-_COMPARED = (
-    "ttft_p50",
-    "ttft_p90",
-    "ttft_p99",
-    "tpot_p50",
-    "tpot_p90",
-    "itl_p90",
-    "e2el_p90",
-    "output_throughput",
-    "goodput",
-)
+_COMPARED = shown_in(REPORTED)
 
 
 def _unit(metric: str) -> str:
@@ -161,18 +152,38 @@ def _baseline_vs_best(facts: StudyFacts) -> str:
     base, best = facts.baseline, facts.best
     if base is None and best is None:
         return "<h3>Baseline vs best</h3><p class='note'>No baseline and no feasible trial.</p>"
-    head = "<h3>Baseline vs best (one measurement each)</h3>"
+    head = "<h3>Baseline vs best (one measurement each)</h3>" + "".join(
+        f"<p class='note'>{note}</p>" for note in _pairing_notes(base, best)
+    )
+    labels = [
+        "figure",
+        f"baseline (#{base.number})" if base else "baseline",
+        f"best (#{best.number})" if best else "best",
+    ]
+    config = ""
+    if best is not None:
+        config = f"<p>Best configuration: <code>{esc(params_text(best, facts.param_formats))}</code></p>"
+    return head + config + table_html([*labels, "best / baseline"], _figure_rows(facts.objective, base, best))
+
+
+def _pairing_notes(base: TrialRow | None, best: TrialRow | None) -> list[str]:
+    """What the table's two columns are, where they are not vLLM's defaults and a better trial."""
+    notes = []
     if base is None:
-        head += "<p class='note'>No baseline was measured: the gain over vLLM's defaults is unknown.</p>"
+        notes.append("No baseline was measured: the gain over vLLM's defaults is unknown.")
     elif base.record.reference:
-        head += f"<p class='note'>Baseline: reference {esc(base.record.reference)} (vLLM's defaults do not fit).</p>"
+        notes.append(f"Baseline: reference {esc(base.record.reference)} (vLLM's defaults do not fit).")
     if best is None:
-        head += "<p class='note'>No feasible trial: nothing beat the constraints.</p>"
+        notes.append("No feasible trial: nothing beat the constraints.")
     elif base is not None and best.number == base.number:
-        head += "<p class='note'>The baseline is the best feasible trial.</p>"
-    metrics = [facts.objective, *(m for m in _COMPARED if m != facts.objective)]
+        notes.append("The baseline is the best feasible trial.")
+    return notes
+
+
+def _figure_rows(objective: str, base: TrialRow | None, best: TrialRow | None) -> list[list[Cell | str]]:
+    """The objective, then each reported figure: baseline, best, their ratio; the hit rate last."""
     rows: list[list[Cell | str]] = []
-    for m in metrics:
+    for m in [objective, *(m for m in _COMPARED if m != objective)]:
         b = base.figure(m) if base else None
         t = best.figure(m) if best else None
         if b is None and t is None:
@@ -182,16 +193,8 @@ def _baseline_vs_best(facts: StudyFacts) -> str:
     hb = base.prefix_hit_rate if base else None
     ht = best.prefix_hit_rate if best else None
     if hb is not None or ht is not None:
-        rows.append(["prefix-cache hit rate", _pct(hb), _pct(ht), ""])
-    labels = [
-        "figure",
-        f"baseline (#{base.number})" if base else "baseline",
-        f"best (#{best.number})" if best else "best",
-    ]
-    config = ""
-    if best is not None:
-        config = f"<p>Best configuration: <code>{esc(params_text(best, facts.param_formats))}</code></p>"
-    return head + config + table_html([*labels, "best / baseline"], rows)
+        rows.append([METRICS["prefix_hit_rate"].label, _pct(hb), _pct(ht), ""])
+    return rows
 
 
 def _pct(v: float | None) -> Cell:

@@ -3,6 +3,7 @@ or a subprocess, and never imports ``engine`` or ``bench``."""
 
 from __future__ import annotations
 
+from autotune.metrics import figure_text, unit  # their home: the metric registry
 from autotune.study._baseline import (
     REFERENCE_ATTR,
     baseline_trial,
@@ -47,7 +48,6 @@ from autotune.study._split import member_params, split_fractions, split_params, 
 from autotune.study._storage import STORAGE_ENV, open_storage, redact_url, resolve_storage_url
 from autotune.study._summary import baseline_saturation, failure_summary, saturation_summary
 from autotune.study._trust import COST_FIGURES, choose_export, export_costs
-from autotune.study._units import figure_text, unit
 
 __all__ = [
     "BASELINE_ATTR",

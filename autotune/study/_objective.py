@@ -12,20 +12,16 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from autotune.errors import ConfigError
+from autotune.metrics import METRICS, Metric, Source, figure_value, objective_help
 
 __all__ = ["Objective", "parse_slo"]
 
-_MAXIMIZE = {"output_throughput", "request_throughput", "goodput", "capacity"}
-_METRIC_RE = re.compile(r"^(ttft|tpot|itl|e2el)_(p50|p75|p90|p95|p99|mean)$")
 
-
-def _check_metric(name: str, where: str) -> str:
-    if name in _MAXIMIZE or _METRIC_RE.match(name):
-        return name
-    raise ConfigError(
-        f"{where}: unknown metric {name!r} (fix: use ttft|tpot|itl|e2el with _p50/_p75/_p90/_p95/_p99/_mean, "
-        "or output_throughput, request_throughput, goodput, capacity)"
-    )
+def _check_metric(name: str, where: str) -> Metric:
+    m = METRICS.get(name)
+    if m is not None and m.source is not Source.ENGINE:
+        return m
+    raise ConfigError(f"{where}: unknown metric {name!r} (fix: use {objective_help()})")
 
 
 def parse_slo(text: str) -> tuple[str, float]:
@@ -35,13 +31,13 @@ def parse_slo(text: str) -> tuple[str, float]:
         raise ConfigError(
             f"--slo: cannot read {text!r} (fix: write it as METRIC=VALUEms, e.g. ttft_p90=800ms)"
         )
-    name = _check_metric(m[1], "--slo")
-    if name in _MAXIMIZE:
+    slo = _check_metric(m[1], "--slo")
+    if slo.source is not Source.LATENCY:
         raise ConfigError(
-            f"--slo: {name} is a rate, not a latency (fix: use a latency metric such as ttft_p90)"
+            f"--slo: {slo.name} is a rate, not a latency (fix: use a latency metric such as ttft_p90)"
         )
     value = float(m[2]) * (1000.0 if m[3] == "s" else 1.0)
-    return name, value
+    return slo.name, value
 
 
 @dataclass(frozen=True)
@@ -52,35 +48,28 @@ class Objective:
     slos_ms: Mapping[str, float] = field(default_factory=dict)  # metric -> limit (ms)
 
     def __post_init__(self) -> None:
-        _check_metric(self.metric, "--objective")
-        if self.metric == "goodput" and not self.request_slos:
-            raise ConfigError(
-                "--objective goodput needs a per-request --slo on ttft, tpot or e2el "
-                "(fix: add e.g. --slo ttft_p90=800ms; itl SLOs do not define goodput)"
-            )
-        if self.metric == "capacity" and not self.slos_ms:
-            raise ConfigError(
-                "--objective capacity needs at least one --slo: capacity is the most load at which every "
-                "SLO holds (fix: add e.g. --slo ttft_p90=800ms; several are allowed)"
-            )
+        m = _check_metric(self.metric, "--objective")
+        slos = {"per_request": self.request_slos, "any": self.slos_ms}.get(m.needs_slo)
+        if slos is not None and not slos:
+            raise ConfigError(f"--objective {m.name} needs {m.slo_note}")
 
     @property
     def is_capacity(self) -> bool:
         """Capacity at the SLOs: the figure is the highest load that held, measured in levels."""
-        return self.metric == "capacity"
+        return _check_metric(self.metric, "--objective").source is Source.CAPACITY
 
     @property
     def direction(self) -> Literal["minimize", "maximize"]:
-        return "maximize" if self.metric in _MAXIMIZE else "minimize"
+        return _check_metric(self.metric, "--objective").direction
 
     @property
     def request_slos(self) -> dict[str, float]:
         """Per-request limits for goodput (``vllm bench serve --goodput``: ttft, tpot, e2el)."""
         out: dict[str, float] = {}
         for name, limit in self.slos_ms.items():
-            base = name.split("_", 1)[0]
-            if base in ("ttft", "tpot", "e2el"):
-                out[base] = min(limit, out.get(base, math.inf))
+            m = METRICS.get(name)
+            if m is not None and m.per_request:
+                out[m.series] = min(limit, out.get(m.series, math.inf))
         return out
 
     def constraint_names(self) -> list[str]:
@@ -116,14 +105,9 @@ class Objective:
         else:
             out.append(0.0)
         out.append(float(figures["failed"]) - self.max_failed_requests)
-        pct = figures.get("percentiles_ms", {})
-        mean = figures.get("mean_ms", {})
         for name, limit in self.slos_ms.items():
-            value = mean.get(name[:-5]) if name.endswith("_mean") else pct.get(name)
-            if value is None or (isinstance(value, float) and math.isnan(value)):
-                out.append(1.0)
-            else:
-                out.append((float(value) - limit) / limit)
+            value = _latency(figures, name)
+            out.append(1.0 if value is None else (value - limit) / limit)
         out.append(0.0)
         out.append(float(memory_violations))
         return out
@@ -131,3 +115,12 @@ class Objective:
     @staticmethod
     def is_feasible(constraints: Sequence[float]) -> bool:
         return all(c <= 0 for c in constraints)
+
+
+def _latency(figures: Mapping[str, Any], name: str) -> float | None:
+    """A latency figure by name; None when not measured (absent or NaN)."""
+    try:
+        value = figure_value(figures, name)
+    except KeyError:
+        return None
+    return None if math.isnan(value) else value

@@ -19,6 +19,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import optuna
 
+from autotune.metrics import figure_value
 from autotune.space import RenderedConfig
 
 __all__ = [
@@ -63,16 +64,7 @@ class Figures:
 
     def metric(self, name: str) -> float:
         """Any figure by name: ``ttft_p90``, ``tpot_mean``, ``output_throughput``, ``goodput``..."""
-        pct = self.raw.get("percentiles_ms") or {}
-        if name in pct:
-            return _num(pct[name])
-        mean = self.raw.get("mean_ms") or {}
-        if name.endswith("_mean") and name[:-5] in mean:
-            return _num(mean[name[:-5]])
-        value = self.raw.get(name)
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise KeyError(name)
-        return float(value)
+        return figure_value(self.raw, name)
 
     def get(self, name: str) -> float | None:
         """:meth:`metric`, or None when not measured (NaN or absent)."""
@@ -93,11 +85,6 @@ class Figures:
     @property
     def output_throughput(self) -> float:
         return _num(self.raw.get("output_throughput"))
-
-    @property
-    def goodput(self) -> float | None:
-        g = self.raw.get("goodput")
-        return None if g is None else float(g)
 
     @property
     def saturated(self) -> bool:

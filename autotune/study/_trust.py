@@ -23,10 +23,10 @@ from dataclasses import dataclass
 
 import optuna
 
+from autotune.metrics import COSTS, METRICS, figure_text, maximized, shown_in
 from autotune.study._baseline import baseline_trial
 from autotune.study._best import completed_trials
 from autotune.study._record import TrialRecord, constraints_hold, read_record
-from autotune.study._units import figure_text
 
 __all__ = ["COST_BAND", "COST_FIGURES", "ExportChoice", "PassedOver", "choose_export", "export_costs"]
 
@@ -34,17 +34,7 @@ __all__ = ["COST_BAND", "COST_FIGURES", "ExportChoice", "PassedOver", "choose_ex
 # noise of one configuration's TPOT, ITL and throughput is below it (benchmarks/RESULTS.md:
 # repeatability), while the costs seen on the demo were 2.4x and 16x.
 COST_BAND = 0.10
-COST_FIGURES = (
-    "ttft_p50",
-    "ttft_p90",
-    "tpot_p50",
-    "tpot_p90",
-    "itl_p50",
-    "itl_p90",
-    "e2el_p50",
-    "output_throughput",
-)
-_HIGHER_IS_BETTER = frozenset({"output_throughput", "request_throughput", "goodput", "capacity"})
+COST_FIGURES = shown_in(COSTS)
 
 
 @dataclass(frozen=True)
@@ -148,14 +138,12 @@ def choose_export(study: optuna.Study, metric: str, *, floor: float = 0.03) -> E
 
 
 def _worse(name: str, ratio: float, band: float) -> bool:
-    return ratio < 1 - band if name in _HIGHER_IS_BETTER else ratio > 1 + band
+    return ratio < 1 - band if maximized(name) else ratio > 1 + band
 
 
 def _phrase(name: str, base: float, best: float) -> str:
-    metric, _, pct = name.partition("_")
-    label = name.replace("_", " ") if name in _HIGHER_IS_BETTER else f"{metric.upper()} {pct}"
-    unit = " tok/s" if name in _HIGHER_IS_BETTER else " ms"
-    return f"{label} {best / base:.2f}x ({base:.1f} -> {best:.1f}{unit})"
+    m = METRICS[name]
+    return f"{m.label} {best / base:.2f}x ({base:.1f} -> {best:.1f} {m.unit})"
 
 
 def costs_beyond_noise(

@@ -18,6 +18,7 @@ import yaml
 
 from autotune.errors import ConfigError
 from autotune.export import config_to_argv
+from autotune.metrics import COMPARED, Source, shown_in
 from autotune.space import RenderedConfig
 from autotune.study import Evaluator, TrialRecord
 
@@ -31,7 +32,8 @@ __all__ = [
     "significant_gain",
 ]
 
-_FIGURES = ("ttft_p50", "ttft_p90", "tpot_p50", "output_throughput", "goodput")
+_FIGURES = shown_in(COMPARED, sources=(Source.LATENCY, Source.RATE))  # the replay's figures
+_ENGINE_FIGURES = shown_in(COMPARED, sources=(Source.ENGINE,))  # the engine's counters beside them
 DISAGREE_FACTOR = 1.5  # runs of one arm further apart than this are flagged (restart noise: 5-25%)
 
 
@@ -122,11 +124,8 @@ def _figures(record: TrialRecord, extra: Sequence[str] = ()) -> dict[str, float]
     if not record.ok or f is None:
         return {}
     out = {name: v for name in (*_FIGURES, *extra) if (v := f.get(name)) is not None}
-    m = record.metrics
-    if m is not None and m.prefix_hit_rate is not None:
-        out["prefix_hit_rate"] = m.prefix_hit_rate
-    if m is not None and m.host_hit_rate is not None:
-        out["host_hit_rate"] = m.host_hit_rate
+    counted = record.metrics.raw if record.metrics is not None else {}
+    out.update({name: v for name in _ENGINE_FIGURES if (v := counted.get(name)) is not None})
     return out
 
 
