@@ -165,6 +165,10 @@ class _GroupNight(NightState):
         )
         if got.score.value is not None:
             self.inc_values.append(got.score.value)
+        elif got.measured and not got.score.broken and got.score.ratios:
+            # measured, and infeasible only because a model is worse than tonight's baseline (pareto):
+            # its worst model's ratio is what the every-round rule holds against the floor
+            self.inc_values.append(max(got.score.ratios.values()))
         elif not self.inc_failed:
             self.inc_failed = got.reason or "failed"
         return base
