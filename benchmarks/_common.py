@@ -129,6 +129,7 @@ def tuning_choices(
     baseline: Sequence[str] | None = None,
     profile: str = "cpu",
     startup_timeout: int = 300,
+    launcher: str | None = None,
 ) -> StudySpec:
     """What a user would pass to ``autotune run`` for a benchmark run: the CPU build (profile
     ``cpu``, vLLM's own argument parser on) with the fixed flags, or, with ``quick``, the fake
@@ -144,7 +145,7 @@ def tuning_choices(
         space=space,
         engine_args=(*fixed, *extra_args),
         baseline_args=tuple(BASELINE_ARGS if baseline is None else baseline),
-        launcher=" ".join(FAKE_LAUNCHER) if quick else None,
+        launcher=" ".join(FAKE_LAUNCHER) if quick else launcher,
         startup_timeout=60 if quick else startup_timeout,
         speed=speed,
         slo=tuple(slos),

@@ -31,6 +31,7 @@ default next to the JSON), which ``autotune predict --calibration FILE`` reads.
 from __future__ import annotations
 
 import dataclasses
+import json
 import random
 import sys
 import time
@@ -87,10 +88,11 @@ def run_grid(
     measure: Measure,
     shape: WorkloadShape,
     seed: int,
+    baseline: Mapping[str, Any] = BASELINE,
 ) -> tuple[dict[str, Any], LatencyModel]:
     """Measure the baseline, then the rest in a shuffled order, predicting each before it is measured."""
-    base = next(p for p in points if _key(p) == _key(BASELINE))
-    rest = [p for p in points if _key(p) != _key(BASELINE)]
+    base = next(p for p in points if _key(p) == _key(baseline))
+    rest = [p for p in points if _key(p) != _key(baseline)]
     random.Random(seed).shuffle(rest)
     model = LatencyModel(shape)
     done: list[MeasuredTrial] = []
@@ -193,14 +195,24 @@ def _real(args: Any, model_dir: str) -> tuple[dict[str, Any], LatencyModel, Engi
 
     log_dir = args.work_dir / f"predict-grid-{time.strftime('%Y%m%d-%H%M%S')}"
     log_dir.mkdir(parents=True, exist_ok=True)
-    workload = c.example_workload(WORKLOAD.name, quick=args.quick, work_dir=log_dir)
-    choices = c.tuning_choices(model_dir, workload, quick=args.quick, speed=args.speed, space=SPACE)
+    workload = (
+        args.workload
+        if args.workload.is_file() and args.workload != WORKLOAD
+        else c.example_workload(WORKLOAD.name, quick=args.quick, work_dir=log_dir)
+    )
+    choices = c.tuning_choices(
+        model_dir, workload, quick=args.quick, speed=args.speed, space=args.space, fixed=args.fixed,
+        baseline=args.baseline_args, profile=args.profile, startup_timeout=args.startup_timeout,
+        launcher=args.launcher,
+    )  # fmt: skip
     with build_setup(choices) as setup:
         setup.check_fixed_flags()
         guard = setup.guard
         if guard is None:
             raise SystemExit("the memory estimate is off: each configuration's KV tokens are unknown")
-        defaults = CPU_DEFAULTS  # until the baseline's engine says how many tokens its size holds
+        # until the baseline's engine says how many tokens its size holds; on another engine (the GPU
+        # script), its own defaults with the memory estimate's block and bytes per token
+        defaults = CPU_DEFAULTS if args.engine_defaults is None else _engine_defaults(setup, args)
         space, evaluate = setup.space, setup.evaluator(log_dir)
         numbers = iter(range(1000))
 
@@ -225,12 +237,26 @@ def _real(args: Any, model_dir: str) -> tuple[dict[str, Any], LatencyModel, Engi
             return MeasuredTrial(cand, RequestTimes.passes_from_arrays(arrays, len(setup.workload)))
 
         shape = workload_shape(setup.workload, model_dir, speed=args.speed)
-        result, model = run_grid(grid_of(space), candidate, measure, shape, args.seed)
-    base, size = result["rows"][0]["measured"], kv_bytes_of(space, BASELINE)
+        result, model = run_grid(grid_of(space), candidate, measure, shape, args.seed, args.baseline)
+    base, size = result["rows"][0]["measured"], kv_bytes_of(space, args.baseline)
     if base and base["kv_tokens"] and size:  # what the baseline's engine allocated for its configured size
         tokens = int(base["kv_tokens"])
         defaults = dataclasses.replace(defaults, kv_tokens=tokens, kv_bytes_per_token=size // tokens)
     return result, model, defaults, "fake server (tests/fakes)" if args.quick else c.environment()["engine"]
+
+
+def _engine_defaults(setup: Any, args: Any) -> EngineDefaults:
+    """Another engine's defaults (``--engine-defaults SEQS,TOKENS``: vLLM's max-num-seqs and
+    max-num-batched-tokens there), its KV tokens, block and bytes per token from the memory estimate of
+    the baseline's command."""
+    seqs, tokens = (int(x) for x in args.engine_defaults.split(","))
+    est = setup.guard.check(setup.engine_argv(())).estimate
+    if est is None:
+        raise SystemExit("the memory estimate knows no KV size for the baseline: the model's config.json?")
+    return EngineDefaults(
+        kv_tokens=est.kv_tokens, kv_bytes_per_token=est.kv_bytes_per_token, block_size=est.block_size,
+        batched_tokens=tokens, max_seqs=seqs,
+    )  # fmt: skip
 
 
 # -- the dry run: a fake engine of known cost ----------------------------------------------------------
@@ -265,13 +291,42 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument(
         "--calibration-out", type=Path, default=None, help="the calibration file (default: beside the JSON)"
     )
+    p.add_argument("--model", help="the model's directory (default: the CPU build's tiny bench model)")
+    p.add_argument(
+        "--workload", type=Path, default=WORKLOAD, help="the workload (default examples/rag.jsonl)"
+    )
+    p.add_argument(
+        "--space", type=Path, default=SPACE, help="the grid, as a search space (default: the demo's)"
+    )
+    p.add_argument(
+        "--baseline",
+        type=json.loads,
+        default=BASELINE,
+        help="the grid's baseline point, JSON (default: the demo's)",
+    )
+    p.add_argument(
+        "--engine-arg", dest="fixed", action="append", help="fixed flags (default: the CPU build's)"
+    )
+    p.add_argument(
+        "--baseline-arg", dest="baseline_args", action="append", help="the baseline's flags ('none': none)"
+    )
+    p.add_argument(
+        "--profile", default="cpu", help="engine profile (default cpu; the GPU script: cuda-native)"
+    )
+    p.add_argument("--launcher", help="command that starts the server (default: vLLM's)")
+    p.add_argument("--startup-timeout", type=int, default=300, help="seconds an engine may take to start")
+    p.add_argument(
+        "--engine-defaults", help="SEQS,TOKENS: another engine's max-num-seqs and max-num-batched-tokens"
+    )
     args = p.parse_args(argv)
+    if args.baseline_args == ["none"]:
+        args.baseline_args = []
     c.setup_logging(args.verbose)
     args.speed = args.speed or (8.0 if args.quick else 1.0)
     if args.json_out is None and not (args.dry_run or args.quick):
         args.json_out = DEFAULT_JSON
     # the dry run cuts prompts with the bench model's tokenizer when it was generated, else in words
-    model_dir = (
+    model_dir = args.model or (
         c.bench_model(args.models_dir)
         if not args.dry_run
         else str(args.models_dir / f"tiny-l{c.BENCH_LAYERS}")
@@ -282,7 +337,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     assert model.costs is not None
     cal = Calibration(
         machine=this_machine(), model=Path(model_dir).name, engine=engine, costs=model.costs,
-        errors=tuple(model.ledger.errors), defaults=defaults, space=str(SPACE),
+        errors=tuple(model.ledger.errors), defaults=defaults, space=str(args.space),
     )  # fmt: skip
     cal_path = args.calibration_out or (
         args.json_out.with_suffix(".calibration.json") if args.json_out else None
@@ -291,8 +346,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         cal.save(cal_path)
     payload = {
         "benchmark": "predict_grid", "env": c.environment(), "dry_run": args.dry_run, "model": model_dir,
-        "workload": str(WORKLOAD.relative_to(c.REPO)), "quick": args.quick, "space": str(SPACE.relative_to(c.REPO)),
-        "fixed_args": list(c.fixed_args(quick=args.quick)), "seed": args.seed, "speed": args.speed,
+        "workload": str(args.workload), "quick": args.quick, "space": str(args.space),
+        "baseline": args.baseline, "fixed_args": args.fixed or list(c.fixed_args(quick=args.quick)), "seed": args.seed, "speed": args.speed,
         "calibration": str(cal_path) if cal_path else None, "wall_s": time.monotonic() - t0,
         "load_average": {"start": load_start, "end": c.load_average()}, **result,
     }  # fmt: skip
