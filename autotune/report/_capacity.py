@@ -96,15 +96,13 @@ def _draw_curve(fig: Any, col: int, metric: str, label: str, raw: Mapping[str, A
     import plotly.graph_objects as go
 
     levels = sorted(raw.get("capacity_levels") or (), key=lambda lv: lv.get("offered_rps") or 0)
-    xs = [lv.get("offered_rps") for lv in levels]
-    ys = [lv.get(metric) for lv in levels]
     text = [
         f"{lv.get('x'):.3g}x: " + ("held" if lv.get("held") else f"broke: {lv.get('broke')}") for lv in levels
     ]
     fig.add_trace(
         go.Scatter(
-            x=xs,
-            y=ys,
+            x=[lv.get("offered_rps") for lv in levels],
+            y=[lv.get(metric) for lv in levels],
             mode="lines+markers",
             name=label,
             legendgroup=label,
