@@ -22,7 +22,7 @@ from plotly.subplots import make_subplots
 from autotune.errors import StorageError
 from autotune.report._html import Cell, Section, esc, figure_html, page, table_html, write_html
 from autotune.report._summary import facts_table
-from autotune.tuning import GROUP_FINGERPRINT_ATTR
+from autotune.study import GROUP_FINGERPRINT_ATTR
 
 __all__ = [
     "GroupTrialView",

@@ -22,6 +22,7 @@ from autotune.study._policy import TrialPolicy
 from autotune.study._pruner import IncumbentPruner
 from autotune.study._record import (
     BASELINE_ATTR,
+    GROUP_FINGERPRINT_ATTR,
     Evaluator,
     Figures,
     Metrics,
@@ -44,6 +45,7 @@ from autotune.study._units import figure_text, unit
 __all__ = [
     "BASELINE_ATTR",
     "COST_FIGURES",
+    "GROUP_FINGERPRINT_ATTR",
     "REFERENCE_ATTR",
     "STORAGE_ENV",
     "Evaluator",

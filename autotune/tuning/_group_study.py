@@ -20,6 +20,7 @@ import optuna
 
 from autotune.errors import AutotuneError, ConfigError
 from autotune.study import (
+    GROUP_FINGERPRINT_ATTR,
     Figures,
     GroupScore,
     TrialRecord,
@@ -41,8 +42,6 @@ __all__ = [
     "run_group_study",
     "stored_baseline",
 ]
-
-GROUP_FINGERPRINT_ATTR = "group_fingerprint"  # study attr: what a group study measures, hashed
 
 log = logging.getLogger(__name__)
 
