@@ -117,6 +117,20 @@ class _Proxy:
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 
+    def _url(self, scope: Scope) -> str:
+        """The upstream's URL for the request: its raw path and query as the client sent them."""
+        query: bytes = scope.get("query_string", b"")
+        target: bytes = scope.get("raw_path") or scope["path"].encode()
+        return self.upstream + target.decode("latin-1") + ("?" + query.decode("latin-1") if query else "")
+
+    def _record(self, scope: Scope, arrival: float, path: str, body: bytes) -> None:
+        """Hand the request (with its session, from ``X-Session-Id``) to the recorder; never fails."""
+        try:
+            session = dict(scope["headers"]).get(b"x-session-id", b"").decode("latin-1") or None
+            self.recorder.submit(CapturedRequest(arrival=arrival, path=path, body=body, session=session))
+        except Exception:  # never fail a request because recording failed
+            log.exception("capture: recorder refused a request")
+
     async def _forward(self, scope: Scope, receive: Receive, send: Send) -> None:
         arrival = time.time()
         try:
@@ -124,13 +138,10 @@ class _Proxy:
         except ConnectionResetError:
             return
         path, method = scope["path"], scope["method"]
-        query = scope.get("query_string", b"")
-        target = scope.get("raw_path") or path.encode()
-        url = self.upstream + target.decode("latin-1") + ("?" + query.decode("latin-1") if query else "")
         try:
             response = await self.transport.send(
                 method,
-                url,
+                self._url(scope),
                 body,
                 _request_headers(scope["headers"]),
                 self.timeout,
@@ -139,22 +150,10 @@ class _Proxy:
             )
         except httpx.HTTPError as exc:
             log.warning("capture: upstream %s unreachable: %s", self.upstream, exc)
-            message = f'{{"error": "upstream unreachable: {type(exc).__name__}"}}'.encode()
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": 502,
-                    "headers": [(b"content-type", b"application/json")],
-                }
-            )
-            await send({"type": "http.response.body", "body": message})
+            await _bad_gateway(send, exc)
             return
         if method == "POST" and path in RECORDED_PATHS and response.status < 400:
-            try:
-                session = dict(scope["headers"]).get(b"x-session-id", b"").decode("latin-1") or None
-                self.recorder.submit(CapturedRequest(arrival=arrival, path=path, body=body, session=session))
-            except Exception:  # never fail a request because recording failed
-                log.exception("capture: recorder refused a request")
+            self._record(scope, arrival, path, body)
         watch = asyncio.create_task(_on_disconnect(receive, response))
         try:
             await send(
@@ -178,6 +177,19 @@ class _Proxy:
                 response.release()  # the connection goes back to the pool
             else:
                 response.close()
+
+
+async def _bad_gateway(send: Send, exc: Exception) -> None:
+    """A 502 for the client, naming the error that kept the upstream from answering."""
+    message = f'{{"error": "upstream unreachable: {type(exc).__name__}"}}'.encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 502,
+            "headers": [(b"content-type", b"application/json")],
+        }
+    )
+    await send({"type": "http.response.body", "body": message})
 
 
 def capture_app(upstream: str, recorder: Recorder) -> Callable[[Scope, Receive, Send], Awaitable[None]]:

@@ -44,46 +44,57 @@ CapacityMinLevel: Any = cli_option("capacity_min_level")[0]
 _PCTS = ("p50", "p90", "p99")
 
 
+Url = Annotated[
+    str, typer.Option(help="Root URL of the running OpenAI-compatible server, e.g. http://127.0.0.1:8000.")
+]
+Passes = Annotated[
+    str, typer.Option(help="Replays of the workload, the prefix cache emptied between them (the server needs "
+                      "VLLM_SERVER_DEV_MODE=1 for that); the figures are their median.")
+]  # fmt: skip
+Model = Annotated[
+    Optional[str], typer.Option("--model", "-m", help="Model to ask for. Default: the server's only model (GET /v1/models).")
+]  # fmt: skip
+ApiKeyEnv = Annotated[
+    Optional[str], typer.Option(help="Name of the environment variable that holds the server's API key.")
+]
+JsonOut = Annotated[
+    Optional[Path], typer.Option(help="Write the measurement here as JSON: a study's trial record (`autotune compare` reads it).")
+]  # fmt: skip
+Capacity = Annotated[
+    bool, typer.Option("--capacity", help="Bracket the server's capacity at the --slo limits: the workload replayed at "
+                       "doubling, then bisected loads, its prefix cache emptied before each (the server needs "
+                       "VLLM_SERVER_DEV_MODE=1 for that); prints a table of levels and the capacity.")
+]  # fmt: skip
+HtmlOut = Annotated[
+    Optional[Path], typer.Option(help="With --capacity: write a page with latency against load and the knee marked "
+                                 "(default: beside --json-out, as .html).")
+]  # fmt: skip
+
+
 def bench(
-    url: Annotated[str, typer.Option(help="Root URL of the running OpenAI-compatible server, e.g. http://127.0.0.1:8000.")],
+    url: Url,
     workload: Workload = None,
     rate: Rate = None,
     burstiness: Burstiness = None,
     concurrency: Concurrency = None,
     speed: Speed = 1.0,
-    passes: Annotated[
-        str, typer.Option(help="Replays of the workload, the prefix cache emptied between them (the server needs "
-                          "VLLM_SERVER_DEV_MODE=1 for that); the figures are their median.")
-    ] = "1",
+    passes: Passes = "1",
     warmup: Warmup = 2,
     seed: Seed = 0,
     max_requests: MaxRequests = None,
     sample: Sample = None,
     slo: Slo = None,
     history: History = "recorded",
-    model: Annotated[
-        Optional[str], typer.Option("--model", "-m", help="Model to ask for. Default: the server's only model (GET /v1/models).")
-    ] = None,
-    api_key_env: Annotated[
-        Optional[str], typer.Option(help="Name of the environment variable that holds the server's API key.")
-    ] = None,
-    json_out: Annotated[
-        Optional[Path], typer.Option(help="Write the measurement here as JSON: a study's trial record (`autotune compare` reads it).")
-    ] = None,
-    capacity: Annotated[
-        bool, typer.Option("--capacity", help="Bracket the server's capacity at the --slo limits: the workload replayed at "
-                           "doubling, then bisected loads, its prefix cache emptied before each (the server needs "
-                           "VLLM_SERVER_DEV_MODE=1 for that); prints a table of levels and the capacity.")
-    ] = False,
+    model: Model = None,
+    api_key_env: ApiKeyEnv = None,
+    json_out: JsonOut = None,
+    capacity: Capacity = False,
     capacity_tolerance: CapacityTolerance = 0.10,
     capacity_levels: CapacityLevels = 6,
     capacity_min_level: CapacityMinLevel = "10s",
     max_duration: MaxDuration = None,
-    html_out: Annotated[
-        Optional[Path], typer.Option(help="With --capacity: write a page with latency against load and the knee marked "
-                                     "(default: beside --json-out, as .html).")
-    ] = None,
-) -> None:  # fmt: skip
+    html_out: HtmlOut = None,
+) -> None:
     """Measure a running server as a study trial measures its engine: TTFT/TPOT/ITL/E2EL, throughput, goodput
     (with --slo), schedule lag and prefix-cache hits. Never starts or stops an engine.
 
@@ -91,44 +102,56 @@ def bench(
     """
     from autotune.tuning import bench_server
 
-    try:
-        choices = StudySpec(
-            workload=workload, rate=rate, burstiness=burstiness, concurrency=concurrency, speed=speed,
-            passes=passes, warmup=warmup, seed=seed, max_requests=max_requests, sample=sample,
-            slo=tuple(slo or ()), history=history, model=model, api_key_env=api_key_env,
-            objective="capacity" if capacity else "ttft_p90", capacity_tolerance=capacity_tolerance,
-            capacity_levels=capacity_levels, capacity_min_level=capacity_min_level, max_duration=max_duration,
-        )  # fmt: skip
-    except ValidationError as exc:  # the model's own check of an option, as one line
-        err = exc.errors()[0]
-        name = str(err["loc"][0]).replace("_", "-") if err["loc"] else "?"
-        raise ConfigError(f"--{name}: {str(err['msg']).removeprefix('Value error, ')}") from None
+    choices = _study_spec(
+        workload=workload, rate=rate, burstiness=burstiness, concurrency=concurrency, speed=speed,
+        passes=passes, warmup=warmup, seed=seed, max_requests=max_requests, sample=sample,
+        slo=tuple(slo or ()), history=history, model=model, api_key_env=api_key_env,
+        objective="capacity" if capacity else "ttft_p90", capacity_tolerance=capacity_tolerance,
+        capacity_levels=capacity_levels, capacity_min_level=capacity_min_level, max_duration=max_duration,
+    )  # fmt: skip
     result = bench_server(choices, url)
     rec = result.record
     out.print(f"{result.server.url}, model {result.server.model}: {len(result.workload)} requests, "
               f"{result.arrival.describe()}", soft_wrap=True)  # fmt: skip
-    if capacity:
-        out.print(level_table(rec))
-        headline = capacity_headline(rec)
-        out.print(headline, soft_wrap=True, markup=False)
-    else:
-        out.print(figure_table(rec))
-        for line in summary_lines(rec, result.slos_ms):
-            out.print(line, soft_wrap=True, markup=False)
-    for note in rec.notes:
-        console.print(f"[yellow]note:[/yellow] {escape(note)}", soft_wrap=True)
+    headline = _print_figures(rec, result.slos_ms, capacity)
     if json_out is not None:
         json_out.parent.mkdir(parents=True, exist_ok=True)
         json_out.write_text(json.dumps(result.as_json(), indent=2))
         out.print(f"wrote {json_out}")
     page_path = html_out or (json_out.with_suffix(".html") if capacity and json_out is not None else None)
-    if capacity and page_path is not None and rec.figures is not None:
+    if headline is not None and page_path is not None and rec.figures is not None:
         _write_page(page_path, result.server.url, rec.figures.as_dict(), headline)
         out.print(f"wrote {page_path}")
     if rec.figures is None or rec.figures.completed == 0:
         why = no_success_reason(rec.figures) if rec.figures is not None else "nothing measured"
         console.print(f"[red]{why}[/red]", soft_wrap=True)
         raise typer.Exit(1)
+
+
+def _study_spec(**options: Any) -> StudySpec:
+    """The options as a study's choices; an option the model rejects, as one line."""
+    try:
+        return StudySpec(**options)
+    except ValidationError as exc:  # the model's own check of an option, as one line
+        err = exc.errors()[0]
+        name = str(err["loc"][0]).replace("_", "-") if err["loc"] else "?"
+        raise ConfigError(f"--{name}: {str(err['msg']).removeprefix('Value error, ')}") from None
+
+
+def _print_figures(rec: TrialRecord, slos_ms: dict[str, float], capacity: bool) -> str | None:
+    """The measurement's table and lines, then its notes; with ``capacity``, the headline printed."""
+    headline = None
+    if capacity:
+        out.print(level_table(rec))
+        headline = capacity_headline(rec)
+        out.print(headline, soft_wrap=True, markup=False)
+    else:
+        out.print(figure_table(rec))
+        for line in summary_lines(rec, slos_ms):
+            out.print(line, soft_wrap=True, markup=False)
+    for note in rec.notes:
+        console.print(f"[yellow]note:[/yellow] {escape(note)}", soft_wrap=True)
+    return headline
 
 
 def capacity_headline(rec: TrialRecord) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -55,20 +55,10 @@ def capture(
     ] = "AUTOTUNE_ANON_SALT",
 ) -> None:
     """Pass traffic through to vLLM and record it as a workload (anonymized unless --raw)."""
-    import uvicorn
-
     from autotune.capture import RecorderConfig, TrafficRecorder, capture_app
 
     host, port = parse_listen(listen)
-    if not upstream.startswith(("http://", "https://")):
-        raise ConfigError(f"--upstream: {upstream!r} is not an http(s) URL (e.g. http://127.0.0.1:8000)")
-    if not raw:
-        if model is None:
-            raise ConfigError("--model: required to anonymize (pass the served model's directory, or --raw)")
-        if not os.environ.get(salt_env):
-            raise ConfigError(
-                f"--salt-env: environment variable {salt_env} is not set (export it to a secret)"
-            )
+    _check(upstream, raw, model, salt_env)
     config = RecorderConfig(
         out_dir=out,
         raw=raw,
@@ -80,17 +70,36 @@ def capture(
     mode = "raw" if raw else "anonymized"
     typer.echo(f"capture: {host}:{port} -> {upstream}, {mode} records in {out}")
     try:
-        uvicorn.run(
-            capture_app(upstream.rstrip("/"), recorder),
-            host=host,
-            port=port,
-            log_level="warning",
-            access_log=False,  # a line per request costs CPU on the request's path
-            lifespan="on",
-            server_header=False,  # the upstream's own Server and Date headers pass through
-            date_header=False,
-        )
+        _serve(capture_app(upstream.rstrip("/"), recorder), host, port)
     finally:
         recorder.close()
         if recorder.dropped:
             log.warning("capture: %d records dropped (the writer fell behind or stopped)", recorder.dropped)
+
+
+def _check(upstream: str, raw: bool, model: Path | None, salt_env: str) -> None:
+    """An upstream URL, and what anonymizing needs (a model and a salt), unless --raw."""
+    if not upstream.startswith(("http://", "https://")):
+        raise ConfigError(f"--upstream: {upstream!r} is not an http(s) URL (e.g. http://127.0.0.1:8000)")
+    if raw:
+        return
+    if model is None:
+        raise ConfigError("--model: required to anonymize (pass the served model's directory, or --raw)")
+    if not os.environ.get(salt_env):
+        raise ConfigError(f"--salt-env: environment variable {salt_env} is not set (export it to a secret)")
+
+
+def _serve(app: Any, host: str, port: int) -> None:
+    """Serve the proxy until it is stopped."""
+    import uvicorn
+
+    uvicorn.run(
+        app,
+        host=host,
+        port=port,
+        log_level="warning",
+        access_log=False,  # a line per request costs CPU on the request's path
+        lifespan="on",
+        server_header=False,  # the upstream's own Server and Date headers pass through
+        date_header=False,
+    )

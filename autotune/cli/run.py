@@ -6,6 +6,7 @@ import contextlib
 import json
 import shlex
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ from autotune.study import (
 from autotune.trial import VllmEvaluator
 from autotune.tuning import (
     BaselinePlan,
+    CommandPreview,
     GpuGroup,
     StudyLock,
     TrialScope,
@@ -246,10 +248,42 @@ def _confirm(
     verdict; runs that fell behind their schedule, whose figures are unreliable)."""
     from autotune.tuning import confirm_best
 
-    metric = setup.objective.metric
-    behind: list[str] = []
+    progress = _ConfirmProgress(setup.objective.metric, rounds, setup.objective.is_capacity)
+    chosen, confirmation = confirm_best(
+        st,
+        evaluator,
+        setup.objective,
+        rounds=rounds,
+        min_improvement=min_improvement,
+        log_dir=Path(evaluator.log_dir) / "confirm",
+        on_run=progress,
+        candidate=candidate,
+    )
+    lines: list[str] = []
+    if confirmation is not None:
+        lines.append(_verdict_line(confirmation))
+        console.print(lines[-1], markup=False, soft_wrap=True)
+    if progress.behind:
+        lines.append(
+            f"{len(progress.behind)} of {2 * rounds} confirmation runs fell behind their schedule, so their "
+            f"figures are unreliable (first: {progress.behind[0]})"
+        )
+        console.print(lines[-1], style="yellow", markup=False, soft_wrap=True)
+    return chosen, lines
 
-    def on_run(name: str, r: int, rec: TrialRecord) -> None:  # the confirmation takes minutes: say each run
+
+@dataclass
+class _ConfirmProgress:
+    """Says each confirmation run as it ends (the confirmation takes minutes), and keeps the runs
+    that fell behind their schedule."""
+
+    metric: str
+    rounds: int
+    is_capacity: bool
+    behind: list[str] = field(default_factory=list)
+
+    def __call__(self, name: str, r: int, rec: TrialRecord) -> None:
+        metric = self.metric
         value = rec.figures.get(metric) if rec.ok and rec.figures else None
         shown = (
             f"{metric} {fmt_value(metric, value)}"
@@ -259,60 +293,53 @@ def _confirm(
         # a capacity run counts only levels whose load was delivered: its held level's lag is no doubt
         late = (
             str(rec.figures.raw.get("schedule_note") or "")
-            if rec.ok and rec.figures and not setup.objective.is_capacity
+            if rec.ok and rec.figures and not self.is_capacity
             else ""
         )
         if late:
-            behind.append(f"{name} round {r + 1}: {late}")
+            self.behind.append(f"{name} round {r + 1}: {late}")
         console.print(
-            f"confirming: round {r + 1}/{rounds} {name}: {shown}" + (f" ({late})" if late else ""),
+            f"confirming: round {r + 1}/{self.rounds} {name}: {shown}" + (f" ({late})" if late else ""),
             markup=False,
         )
 
-    chosen, confirmation = confirm_best(
-        st,
-        evaluator,
-        setup.objective,
-        rounds=rounds,
-        min_improvement=min_improvement,
-        log_dir=Path(evaluator.log_dir) / "confirm",
-        on_run=on_run,
-        candidate=candidate,
+
+def _verdict_line(confirmation: Mapping[str, Any]) -> str:
+    verdict = (
+        "confirmed"
+        if confirmation["confirmed"]
+        else "inconclusive: exporting the baseline"
+        if confirmation.get("inconclusive")
+        else "not confirmed: exporting the baseline"
     )
-    lines: list[str] = []
-    if confirmation is not None:
-        verdict = (
-            "confirmed"
-            if confirmation["confirmed"]
-            else "inconclusive: exporting the baseline"
-            if confirmation.get("inconclusive")
-            else "not confirmed: exporting the baseline"
-        )
-        lines.append(
-            f"re-measured trial {confirmation['trial']} against the baseline: {verdict} ({confirmation['why']})"
-        )
-        console.print(lines[-1], markup=False, soft_wrap=True)
-    if behind:
-        lines.append(
-            f"{len(behind)} of {2 * rounds} confirmation runs fell behind their schedule, so their figures are "
-            f"unreliable (first: {behind[0]})"
-        )
-        console.print(lines[-1], style="yellow", markup=False, soft_wrap=True)
-    return chosen, lines
+    return (
+        f"re-measured trial {confirmation['trial']} against the baseline: {verdict} ({confirmation['why']})"
+    )
 
 
 def _dry_run(setup: TuningSetup, plan: BaselinePlan) -> int:
     from autotune.tuning import preview_commands
 
     spec = setup.choices
-    samples, seed, accept_reference = spec.dry_run_samples, spec.seed, spec.accept_reference
     out.print(f"# study fingerprint {effective_fingerprint(setup)} (the same study from a file or flags)")
 
     if setup.profile_note:
         out.print(f"# {setup.profile_note}")
     for warning in startup_warnings(setup.profile):
         out.print(f"# {warning}", soft_wrap=True)
-    previews = preview_commands(setup, samples=samples, seed=seed, reference=plan.reference)
+    previews = preview_commands(setup, samples=spec.dry_run_samples, seed=spec.seed, reference=plan.reference)
+    _say_space(setup)
+    checked = setup.checker() is not None
+    formats = {n: q.format for n, q in setup.space.parameters.items() if q.format}
+    for p in previews:
+        _say_preview(p, formats, checked, memory_checked=setup.guard is not None)
+    out.print("\n# dry run: nothing was launched and no study was written (the port is chosen at launch)")
+    return _dry_run_exit(setup, plan)
+
+
+def _say_space(setup: TuningSetup) -> None:
+    """What the dry run will tune: parameters the profile leaves out, the space, the prior, how a
+    trial measures."""
     for pname, reason in setup.space.unsupported.items():
         out.print(f"# not tuned with profile {setup.profile.name}: {pname}: {reason}")
     for line in setup.space_lines():
@@ -322,22 +349,30 @@ def _dry_run(setup: TuningSetup, plan: BaselinePlan) -> int:
         out.print(f"# {line}", soft_wrap=True)
     measure = setup.capacity.describe() if setup.capacity is not None else setup.pass_plan.describe()
     out.print(f"# {measure}; pruning {'on' if setup.choices.prune else 'off'}")
-    checked = setup.checker() is not None
-    formats = {n: q.format for n, q in setup.space.parameters.items() if q.format}
-    for p in previews:
-        verdict = (
-            f"REJECTED by vLLM's parser: {p.parser_error}"
-            if p.parser_error
-            else ("accepted by vLLM's parser" if checked else "not checked (--no-check-args)")
-        )
-        fit = "fits" if not p.fit_reasons else "does not fit: " + "; ".join(p.fit_reasons)
-        out.print(f"\n# {p.label}: {fmt_params(p.params, formats)}")
-        out.print(f"# {verdict}; memory: {fit if setup.guard is not None else 'not checked'}")
-        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in p.env.items())
-        out.print((env + " " if env else "") + " ".join(shlex.quote(a) for a in p.argv), soft_wrap=True)
-        if p.transfer_config is not None:
-            out.print("# --kv-transfer-config:\n" + json.dumps(p.transfer_config, indent=2), soft_wrap=True)
-    out.print("\n# dry run: nothing was launched and no study was written (the port is chosen at launch)")
+
+
+def _say_preview(
+    p: CommandPreview, formats: Mapping[str, str], checked: bool, *, memory_checked: bool
+) -> None:
+    """One previewed command: its parameters, the parser's and the memory check's verdicts, the
+    command line (and its KV transfer config)."""
+    verdict = (
+        f"REJECTED by vLLM's parser: {p.parser_error}"
+        if p.parser_error
+        else ("accepted by vLLM's parser" if checked else "not checked (--no-check-args)")
+    )
+    fit = "fits" if not p.fit_reasons else "does not fit: " + "; ".join(p.fit_reasons)
+    out.print(f"\n# {p.label}: {fmt_params(p.params, formats)}")
+    out.print(f"# {verdict}; memory: {fit if memory_checked else 'not checked'}")
+    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in p.env.items())
+    out.print((env + " " if env else "") + " ".join(shlex.quote(a) for a in p.argv), soft_wrap=True)
+    if p.transfer_config is not None:
+        out.print("# --kv-transfer-config:\n" + json.dumps(p.transfer_config, indent=2), soft_wrap=True)
+
+
+def _dry_run_exit(setup: TuningSetup, plan: BaselinePlan) -> int:
+    """0 when the study could run here (or the preview is for another host); else why not, and
+    EXIT_NO_BASELINE unless a reference it may measure instead is accepted."""
     if plan.defaults_fit:
         return 0
     if (
@@ -354,4 +389,4 @@ def _dry_run(setup: TuningSetup, plan: BaselinePlan) -> int:
     console.print(f"the study would measure as its baseline: {plan.describe()}", markup=False, soft_wrap=True)
     if plan.reference is None:
         return EXIT_NO_BASELINE
-    return 0 if accept_reference else EXIT_NO_BASELINE
+    return 0 if setup.choices.accept_reference else EXIT_NO_BASELINE

@@ -184,26 +184,9 @@ def _entry(name: str, exported: ExportedConfig) -> tuple[dict[str, Any], list[st
     tp, pp, dp = (v if isinstance(v := rest.get(k), int) and v > 0 else 1 for k in _PARALLEL)
     gpus = tp * pp * dp
     pool = _pool(rest, tp * pp)  # LMCache's size is per worker: one a GPU of one engine
-    vllm: dict[str, Any] = {}
-    for flag, field in _SWITCHES.items():
-        on, off = rest.get(flag), rest.get("no-" + flag)
-        if (on is True) != (off is True) and (on is None or off is None):
-            vllm[field] = on is True
-            rest.pop(flag, None)
-            rest.pop("no-" + flag, None)
-    if "enable-prefix-caching" not in rest and "no-enable-prefix-caching" not in rest:
-        vllm.setdefault("enablePrefixCaching", True)  # vLLM's default; unset, the chart turns it off
-    for flag, (field, kind) in _FIELDS.items():
-        if flag in rest and _typed(rest[flag], kind):
-            vllm[field] = rest.pop(flag)
+    vllm = _chart_fields(rest)
     env = dict(exported.env)
-    lmcache: dict[str, Any] | None = None
-    if pool is not None and pool.lmcache is not None:
-        rest.pop("kv-transfer-config")
-        lmcache = {"enabled": True, "cpuOffloadingBufferSize": pool.lmcache["lmcache.max_local_cpu_size"]}
-        for key, value in pool.lmcache.items():
-            if key not in ("lmcache.local_cpu", "lmcache.max_local_cpu_size"):
-                env["LMCACHE_" + key.removeprefix("lmcache.").upper()] = _env_text(value)
+    lmcache = _lmcache(rest, pool, env)
     shm: str | None = None
     if pool is not None and pool.in_shm and "tensor-parallel-size" not in rest:
         vllm.setdefault("tensorParallelSize", 1)  # the chart mounts /dev/shm only with it
@@ -232,7 +215,43 @@ def _entry(name: str, exported: ExportedConfig) -> tuple[dict[str, Any], list[st
         **({"lmcacheConfig": lmcache} if lmcache else {}),
         **({"env": [{"name": k, "value": v} for k, v in env.items()]} if env else {}),
     }
-    notes += [
+    return entry, notes + _entry_notes(gpus, memory_line, pool, model)
+
+
+def _chart_fields(rest: dict[str, Any]) -> dict[str, Any]:
+    """The flags the chart takes as ``vllmConfig`` fields (switches, and values of the schema's
+    type), taken out of ``rest``."""
+    vllm: dict[str, Any] = {}
+    for flag, field in _SWITCHES.items():
+        on, off = rest.get(flag), rest.get("no-" + flag)
+        if (on is True) != (off is True) and (on is None or off is None):
+            vllm[field] = on is True
+            rest.pop(flag, None)
+            rest.pop("no-" + flag, None)
+    if "enable-prefix-caching" not in rest and "no-enable-prefix-caching" not in rest:
+        vllm.setdefault("enablePrefixCaching", True)  # vLLM's default; unset, the chart turns it off
+    for flag, (field, kind) in _FIELDS.items():
+        if flag in rest and _typed(rest[flag], kind):
+            vllm[field] = rest.pop(flag)
+    return vllm
+
+
+def _lmcache(rest: dict[str, Any], pool: _Pool | None, env: dict[str, str]) -> dict[str, Any] | None:
+    """The chart's ``lmcacheConfig`` for a pool measured with LMCache (its connector flag taken
+    out of ``rest``, its other keys added to ``env``); None for any other pool, or none."""
+    if pool is None or pool.lmcache is None:
+        return None
+    rest.pop("kv-transfer-config")
+    lmcache = {"enabled": True, "cpuOffloadingBufferSize": pool.lmcache["lmcache.max_local_cpu_size"]}
+    for key, value in pool.lmcache.items():
+        if key not in ("lmcache.local_cpu", "lmcache.max_local_cpu_size"):
+            env["LMCACHE_" + key.removeprefix("lmcache.").upper()] = _env_text(value)
+    return lmcache
+
+
+def _entry_notes(gpus: int, memory_line: str, pool: _Pool | None, model: str) -> list[str]:
+    """What the entry's header says of its resources, its pool and its model."""
+    notes = [
         f"requestGPU {gpus}: tensor x pipeline x data parallel size; {memory_line}; requestCPU "
         f"{_REQUEST_CPU}: the chart's example, not measured (set both for your nodes)",
         *([pool.line] if pool is not None else []),
@@ -242,7 +261,7 @@ def _entry(name: str, exported: ExportedConfig) -> tuple[dict[str, Any], list[st
             f"modelURL {model} is a path on the measuring host: mount it there in the pod (a volume), or "
             "export with --model HUB_ID"
         )
-    return entry, notes
+    return notes
 
 
 def _env_text(value: Any) -> str:

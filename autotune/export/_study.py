@@ -130,10 +130,7 @@ def capacity_lines(study: optuna.Study, best: optuna.trial.FrozenTrial, rec: Tri
     slos = ", ".join(f"{k}<={v:g}ms" for k, v in (raw.get("capacity_slos") or {}).items()) or "?"
     base = baseline_trial(study)
     brec = read_record(base) if base is not None else None
-    conf = study.user_attrs.get(f"confirmation_{best.number}") or {}
-    comp = conf.get("comparison") or {}
-    a_vals = ((comp.get("a") or {}).get("values") or {}).get("capacity") or []
-    b_vals = ((comp.get("b") or {}).get("values") or {}).get("capacity") or []
+    a_vals, b_vals = _confirmed_capacities(study, best)
     what = (
         "defaults"
         if brec is None or not (brec.reference or baseline_what(study) != "vLLM defaults")
@@ -147,24 +144,36 @@ def capacity_lines(study: optuna.Study, best: optuna.trial.FrozenTrial, rec: Tri
             f"(median [range] of the confirmation's {len(b_vals)} and {len(a_vals)} runs, each a full bracket: "
             "the highest load that held its SLOs)",
         ]
-
-    def bracket(r: TrialRecord | None) -> str:
-        f = r.figures.as_dict() if r is not None and r.figures is not None else {}
-        held, broke = f.get("capacity"), f.get("capacity_hi")
-        if held is None:
-            return "-"
-        return (
-            f"{held:.3g} req/s [{held:.3g}-{broke:.3g}]"
-            if broke is not None
-            else f"{held:.3g} req/s [{held:.3g}-?]"
-        )
-
     held, bheld = raw.get("capacity"), (brec.figures.get("capacity") if brec and brec.figures else None)
     ratio = f", {held / bheld:.2f}x" if held and bheld else ""
     return [
-        f"capacity at SLO {slos}: {bracket(rec)} ({what} {bracket(brec)}{ratio})",
+        f"capacity at SLO {slos}: {_bracket(rec)} ({what} {_bracket(brec)}{ratio})",
         "(each [held-broke]: the highest load that held its SLOs and the lowest above it that broke them)",
     ]
+
+
+def _confirmed_capacities(
+    study: optuna.Study, best: optuna.trial.FrozenTrial
+) -> tuple[list[float], list[float]]:
+    """The capacities the confirmation of ``best`` measured: (the baseline's runs, the best's runs)."""
+    conf = study.user_attrs.get(f"confirmation_{best.number}") or {}
+    comp = conf.get("comparison") or {}
+    a_vals = ((comp.get("a") or {}).get("values") or {}).get("capacity") or []
+    b_vals = ((comp.get("b") or {}).get("values") or {}).get("capacity") or []
+    return a_vals, b_vals
+
+
+def _bracket(r: TrialRecord | None) -> str:
+    """A trial's capacity bracket: ``14.2 req/s [14.2-15.9]`` (held, then broke; ``?``: none broke)."""
+    f = r.figures.as_dict() if r is not None and r.figures is not None else {}
+    held, broke = f.get("capacity"), f.get("capacity_hi")
+    if held is None:
+        return "-"
+    return (
+        f"{held:.3g} req/s [{held:.3g}-{broke:.3g}]"
+        if broke is not None
+        else f"{held:.3g} req/s [{held:.3g}-?]"
+    )
 
 
 def export_best(

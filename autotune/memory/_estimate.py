@@ -197,10 +197,7 @@ def estimate_memory(
     ``kv_cache_memory_bytes`` overrides the budget as vLLM does: the KV gets exactly that and
     ``budget`` becomes what the engine then really holds.
     """
-    if not 0 < gpu_memory_utilization <= 1:
-        raise ConfigError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
-    if max_model_len <= 0 or block_size <= 0:
-        raise ConfigError(f"max_model_len and block_size must be positive, got {max_model_len}, {block_size}")
+    _check_sizes(gpu_memory_utilization, max_model_len, block_size)
     reserve = (
         activation_bytes
         if activation_bytes is not None
@@ -212,12 +209,9 @@ def estimate_memory(
             cuda_graphs=cuda_graphs,
         )
     )
-    if kv_cache_memory_bytes is not None:
-        kv = kv_cache_memory_bytes
-        budget = weight_bytes + reserve + kv
-    else:
-        budget = math.ceil(gpu_total_bytes * gpu_memory_utilization)
-        kv = max(budget - weight_bytes - reserve, 0)
+    budget, kv = _budget_and_kv(
+        gpu_total_bytes * gpu_memory_utilization, weight_bytes + reserve, kv_cache_memory_bytes
+    )
     per_token = shape.kv_bytes_per_token(kv_cache_dtype)
     blocks = kv // (block_size * per_token)
     layer_blocks = _layer_blocks_per_request(shape, max_model_len, block_size, max_num_batched_tokens)
@@ -237,6 +231,23 @@ def estimate_memory(
         block_size=block_size,
         kv_bytes_per_token=per_token,
     )
+
+
+def _check_sizes(gpu_memory_utilization: float, max_model_len: int, block_size: int) -> None:
+    if not 0 < gpu_memory_utilization <= 1:
+        raise ConfigError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
+    if max_model_len <= 0 or block_size <= 0:
+        raise ConfigError(f"max_model_len and block_size must be positive, got {max_model_len}, {block_size}")
+
+
+def _budget_and_kv(share_bytes: float, held: int, kv_cache_memory_bytes: int | None) -> tuple[int, int]:
+    """(budget, KV bytes): with an explicit KV size, the KV gets exactly that and the budget is what
+    the engine then holds (``held``: weights and reserve, plus the KV); else the budget is the
+    device's share (``share_bytes``, rounded up) and the KV what is left of it."""
+    if kv_cache_memory_bytes is not None:
+        return held + kv_cache_memory_bytes, kv_cache_memory_bytes
+    budget = math.ceil(share_bytes)
+    return budget, max(budget - held, 0)
 
 
 def host_offload_bytes(size_gib: float) -> int:

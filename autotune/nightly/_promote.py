@@ -169,8 +169,21 @@ def run_on_promote(
     logs.mkdir(parents=True, exist_ok=True)
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     log_path = logs / f"on-promote.night{night}.{stamp}.log"
-    timed_out = False
     start = time.monotonic()
+    code, timed_out = _run_hook(command, env, log_path, timeout_s)
+    duration = time.monotonic() - start
+    result = PromoteResult(
+        exit_code=code, duration_s=duration, log_path=log_path, timed_out=timed_out, log_tail=_tail(log_path)
+    )
+    (logger.info if result.ok else logger.warning)("%s", result.describe())
+    return result
+
+
+def _run_hook(command: str, env: Mapping[str, str], log_path: Path, timeout_s: float) -> tuple[int, bool]:
+    """Run ``command`` in a process group of its own, its output to ``log_path``; (its exit code,
+    whether it timed out). At ``timeout_s`` the group gets SIGTERM, then SIGKILL; whatever the hook
+    left running in its group ends with it."""
+    timed_out = False
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
             ["/bin/sh", "-c", command],
@@ -196,12 +209,7 @@ def run_on_promote(
             _kill_group(proc.pid, signal.SIGKILL)
             if proc.poll() is None:
                 proc.wait()
-    duration = time.monotonic() - start
-    result = PromoteResult(
-        exit_code=code, duration_s=duration, log_path=log_path, timed_out=timed_out, log_tail=_tail(log_path)
-    )
-    (logger.info if result.ok else logger.warning)("%s", result.describe())
-    return result
+    return code, timed_out
 
 
 # --- the history of promoted configs --------------------------------------------------------------

@@ -69,7 +69,6 @@ def capacity_levels_table(raw: Mapping[str, Any]) -> str:
 def capacity_curves_html(series: Sequence[tuple[str, Mapping[str, Any]]], div_id: str) -> str:
     """Latency against offered load for each (label, capacity figures), one panel per SLO metric,
     the SLO as a dashed line and each curve's knee (the highest load that held) as a star."""
-    import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
     slos: dict[str, float] = {}
@@ -79,45 +78,7 @@ def capacity_curves_html(series: Sequence[tuple[str, Mapping[str, Any]]], div_id
     fig = make_subplots(rows=1, cols=len(metrics), subplot_titles=[f"{m} against load" for m in metrics])
     for col, metric in enumerate(metrics, start=1):
         for k, (label, raw) in enumerate(series):
-            levels = sorted(raw.get("capacity_levels") or (), key=lambda lv: lv.get("offered_rps") or 0)
-            color = _COLORS[k % len(_COLORS)]
-            xs = [lv.get("offered_rps") for lv in levels]
-            ys = [lv.get(metric) for lv in levels]
-            text = [
-                f"{lv.get('x'):.3g}x: " + ("held" if lv.get("held") else f"broke: {lv.get('broke')}")
-                for lv in levels
-            ]
-            fig.add_trace(
-                go.Scatter(
-                    x=xs,
-                    y=ys,
-                    mode="lines+markers",
-                    name=label,
-                    legendgroup=label,
-                    showlegend=col == 1,
-                    line={"color": color},
-                    text=text,
-                    hovertemplate="%{x:.3g} req/s, %{y:.1f} ms<br>%{text}",
-                ),
-                row=1,
-                col=col,
-            )
-            held = [lv for lv in levels if lv.get("held")]
-            if held:
-                knee = max(held, key=lambda lv: lv.get("offered_rps") or 0)
-                fig.add_trace(
-                    go.Scatter(
-                        x=[knee.get("offered_rps")],
-                        y=[knee.get(metric)],
-                        mode="markers",
-                        showlegend=False,
-                        legendgroup=label,
-                        marker={"symbol": "star", "size": 14, "color": color},
-                        hovertemplate=f"{esc(label)}: capacity %{{x:.3g}} req/s<extra></extra>",
-                    ),
-                    row=1,
-                    col=col,
-                )
+            _draw_curve(fig, col, metric, label, raw, _COLORS[k % len(_COLORS)])
         if metric in slos:
             fig.add_hline(
                 y=slos[metric], line_dash="dash", line_color="#59636e", row=1, col=col,
@@ -127,6 +88,48 @@ def capacity_curves_html(series: Sequence[tuple[str, Mapping[str, Any]]], div_id
         fig.update_yaxes(title_text="ms", row=1, col=col)
     fig.update_layout(height=420, margin={"t": 50, "l": 60, "r": 20, "b": 50})
     return figure_html(fig, div_id)
+
+
+def _draw_curve(fig: Any, col: int, metric: str, label: str, raw: Mapping[str, Any], color: str) -> None:
+    """One configuration's ``metric`` against offered load in panel ``col``, its knee (the highest
+    load that held) as a star."""
+    import plotly.graph_objects as go
+
+    levels = sorted(raw.get("capacity_levels") or (), key=lambda lv: lv.get("offered_rps") or 0)
+    text = [
+        f"{lv.get('x'):.3g}x: " + ("held" if lv.get("held") else f"broke: {lv.get('broke')}") for lv in levels
+    ]
+    fig.add_trace(
+        go.Scatter(
+            x=[lv.get("offered_rps") for lv in levels],
+            y=[lv.get(metric) for lv in levels],
+            mode="lines+markers",
+            name=label,
+            legendgroup=label,
+            showlegend=col == 1,
+            line={"color": color},
+            text=text,
+            hovertemplate="%{x:.3g} req/s, %{y:.1f} ms<br>%{text}",
+        ),
+        row=1,
+        col=col,
+    )
+    held = [lv for lv in levels if lv.get("held")]
+    if held:
+        knee = max(held, key=lambda lv: lv.get("offered_rps") or 0)
+        fig.add_trace(
+            go.Scatter(
+                x=[knee.get("offered_rps")],
+                y=[knee.get(metric)],
+                mode="markers",
+                showlegend=False,
+                legendgroup=label,
+                marker={"symbol": "star", "size": 14, "color": color},
+                hovertemplate=f"{esc(label)}: capacity %{{x:.3g}} req/s<extra></extra>",
+            ),
+            row=1,
+            col=col,
+        )
 
 
 def capacity_page_sections(label: str, raw: Mapping[str, Any], headline: str) -> list[Section]:

@@ -22,7 +22,7 @@ from plotly.subplots import make_subplots
 from autotune.errors import StorageError
 from autotune.report._html import Cell, Section, esc, figure_html, page, table_html, write_html
 from autotune.report._summary import facts_table
-from autotune.tuning import GROUP_FINGERPRINT_ATTR
+from autotune.study import GROUP_FINGERPRINT_ATTR
 
 __all__ = [
     "GroupTrialView",
@@ -100,54 +100,66 @@ class GroupView:
 def group_view(study: optuna.Study) -> GroupView:
     """What a group study recorded, for a page or a table: its models, budget, trials and confirmations."""
     fp: Mapping[str, Mapping[str, str]] = study.user_attrs.get(GROUP_FINGERPRINT_ATTR) or {}
-    names: list[str] = [k.rsplit(".", 1)[0] for k in fp if k.endswith(".weight")]
-    about: dict[str, dict[str, str]] = {n: {} for n in names}
-    for key, value in fp.items():
-        model, _, part = key.partition(".")
-        if model in about and part:
-            about[model][part] = str((value or {}).get("what", ""))
-    trials = []
-    for t in study.get_trials(deepcopy=False):
-        if not t.state.is_finished() or "split" not in t.user_attrs:
-            continue
-        split = {str(k): float(v) for k, v in (t.user_attrs.get("split") or {}).items()}
-        for n in split:
-            if n not in about:
-                names.append(n)
-                about[n] = {}
-        models = {n: t.user_attrs.get(f"model:{n}") or {} for n in split}
-        reason = str(t.user_attrs.get("group_reason") or "")
-        if t.value is not None:
-            status = "ok"
-        elif not models or all(not m for m in models.values()):
-            status = "infeasible"
-        else:
-            status = "failed" if any(m.get("status") != "ok" for m in models.values()) else "infeasible"
-        params: dict[str, dict[str, Any]] = {n: {} for n in split}
-        for key, value in t.params.items():
-            model, _, param = key.partition(".")
-            if model in params and model != "split":
-                params[model][param] = value
-        trials.append(
-            GroupTrialView(
-                number=t.number,
-                kind=str(t.user_attrs.get("group_trial") or "sampled"),
-                status=status,
-                split=split,
-                value=t.value,
-                ratios={str(k): float(v) for k, v in (t.user_attrs.get("group_ratios") or {}).items()},
-                reason=reason,
-                models=models,
-                params=params,
-            )
-        )
+    about = _fingerprinted(fp)
+    trials = tuple(
+        _trial_view(t)
+        for t in study.get_trials(deepcopy=False)
+        if t.state.is_finished() and "split" in t.user_attrs
+    )
+    for trial in trials:
+        for n in trial.split:  # a model the fingerprint does not name
+            about.setdefault(n, {})
     confirmations = {
         int(k.rsplit("_", 1)[1]): v
         for k, v in study.user_attrs.items()
         if k.startswith("group_confirmation_") and k.rsplit("_", 1)[1].isdigit()
     }
     share = (fp.get("share") or {}).get("what", "")
-    return GroupView(study.study_name, tuple(names), about, str(share), tuple(trials), confirmations)
+    return GroupView(study.study_name, tuple(about), about, str(share), trials, confirmations)
+
+
+def _fingerprinted(fp: Mapping[str, Mapping[str, str]]) -> dict[str, dict[str, str]]:
+    """Each model the group fingerprint names (by its weight), with what it says of it: model,
+    workload, space, weight."""
+    names = [k.rsplit(".", 1)[0] for k in fp if k.endswith(".weight")]
+    about: dict[str, dict[str, str]] = {n: {} for n in names}
+    for key, value in fp.items():
+        model, _, part = key.partition(".")
+        if model in about and part:
+            about[model][part] = str((value or {}).get("what", ""))
+    return about
+
+
+def _trial_view(t: optuna.trial.FrozenTrial) -> GroupTrialView:
+    """One finished group trial as recorded."""
+    split = {str(k): float(v) for k, v in (t.user_attrs.get("split") or {}).items()}
+    models = {n: t.user_attrs.get(f"model:{n}") or {} for n in split}
+    params: dict[str, dict[str, Any]] = {n: {} for n in split}
+    for key, value in t.params.items():
+        model, _, param = key.partition(".")
+        if model in params and model != "split":
+            params[model][param] = value
+    return GroupTrialView(
+        number=t.number,
+        kind=str(t.user_attrs.get("group_trial") or "sampled"),
+        status=_trial_status(t.value, models),
+        split=split,
+        value=t.value,
+        ratios={str(k): float(v) for k, v in (t.user_attrs.get("group_ratios") or {}).items()},
+        reason=str(t.user_attrs.get("group_reason") or ""),
+        models=models,
+        params=params,
+    )
+
+
+def _trial_status(value: float | None, models: Mapping[str, Mapping[str, Any]]) -> str:
+    """ok (the group scored), failed (an engine did not serve), or infeasible (nothing launched, or
+    a constraint missed)."""
+    if value is not None:
+        return "ok"
+    if not models or all(not m for m in models.values()):
+        return "infeasible"
+    return "failed" if any(m.get("status") != "ok" for m in models.values()) else "infeasible"
 
 
 def write_group_report(study: optuna.Study, path: Path, *, plotly_src: str | None = None) -> Path:

@@ -114,44 +114,62 @@ def _trend(nights: Sequence[Night], objective: str) -> str:
     if not _drawable(nights):
         return "<p class='note'>Not shown: no night measured its incumbent.</p>"
     fig = go.Figure()
-    segments = _segments(nights)
-    for i, seg in enumerate(segments):  # one line per workload: a change is not an improvement
-        suffix = "" if i == 0 else f" (workload {i + 1})"
-        band = [n for n in seg if n.low is not None and n.high is not None]
-        if band:
-            fig.add_trace(
-                go.Scatter(
-                    x=[_x(n.date) for n in band] + [_x(n.date) for n in reversed(band)],
-                    y=[n.high for n in band] + [n.low for n in reversed(band)],
-                    fill="toself",
-                    fillcolor="rgba(31,119,180,0.15)",
-                    line={"width": 0},
-                    name="noise band (min-max of the night)" + suffix,
-                    showlegend=i == 0,
-                    hoverinfo="skip",
-                )
-            )
+    for i, seg in enumerate(_segments(nights)):  # one line per workload: a change is not an improvement
+        _draw_segment(fig, i, seg)
+    _mark_verdicts(fig, nights)
+    fig.update_layout(
+        template="plotly_white",
+        title=f"Incumbent {objective} per night",
+        xaxis={"title": "date (UTC)", "type": "date"},
+        yaxis_title=f"{objective} ({unit(objective)})",
+        margin={"l": 60, "r": 20, "t": 50, "b": 50},
+    )
+    return figure_html(fig, "plot-nightly")
+
+
+def _draw_segment(fig: go.Figure, i: int, seg: Sequence[Night]) -> None:
+    """Workload ``i``'s nights: the noise band, the incumbent's median, and (after the first) the
+    break where the workload changed, named."""
+    suffix = "" if i == 0 else f" (workload {i + 1})"
+    band = [n for n in seg if n.low is not None and n.high is not None]
+    if band:
         fig.add_trace(
             go.Scatter(
-                x=[_x(n.date) for n in seg],
-                y=[n.median for n in seg],
-                mode="lines+markers",
-                name="incumbent median" + suffix,
+                x=[_x(n.date) for n in band] + [_x(n.date) for n in reversed(band)],
+                y=[n.high for n in band] + [n.low for n in reversed(band)],
+                fill="toself",
+                fillcolor="rgba(31,119,180,0.15)",
+                line={"width": 0},
+                name="noise band (min-max of the night)" + suffix,
                 showlegend=i == 0,
-                line={"color": "#1f77b4"},
-                text=[_hover(n) for n in seg],
-                hovertemplate="%{x}: %{y:.4g}<br>%{text}<extra></extra>",
+                hoverinfo="skip",
             )
         )
-        if i > 0:  # the break, named where it happens
-            x = _x(seg[0].date)
-            fig.add_shape(
-                type="line", x0=x, x1=x, yref="paper", y0=0, y1=1, line={"dash": "dot", "color": "#888"}
-            )
-            fig.add_annotation(
-                x=x, yref="paper", y=1, yanchor="bottom", showarrow=False, font={"size": 11},
-                text="workload changed: " + "; ".join(seg[0].workload_changes)[:80],
-            )  # fmt: skip
+    fig.add_trace(
+        go.Scatter(
+            x=[_x(n.date) for n in seg],
+            y=[n.median for n in seg],
+            mode="lines+markers",
+            name="incumbent median" + suffix,
+            showlegend=i == 0,
+            line={"color": "#1f77b4"},
+            text=[_hover(n) for n in seg],
+            hovertemplate="%{x}: %{y:.4g}<br>%{text}<extra></extra>",
+        )
+    )
+    if i > 0:  # the break, named where it happens
+        x = _x(seg[0].date)
+        fig.add_shape(
+            type="line", x0=x, x1=x, yref="paper", y0=0, y1=1, line={"dash": "dot", "color": "#888"}
+        )
+        fig.add_annotation(
+            x=x, yref="paper", y=1, yanchor="bottom", showarrow=False, font={"size": 11},
+            text="workload changed: " + "; ".join(seg[0].workload_changes)[:80],
+        )  # fmt: skip
+
+
+def _mark_verdicts(fig: go.Figure, nights: Sequence[Night]) -> None:
+    """The nights that promoted a configuration, and those that found a regression."""
     for flag, name, color, symbol in (
         ("promoted", "promotion", "#2ca02c", "triangle-up"),
         ("regression", "regression", "#d62728", "x"),
@@ -169,14 +187,6 @@ def _trend(nights: Sequence[Night], objective: str) -> str:
                     hovertemplate="%{x}: " + name + "<br>%{text}<extra></extra>",
                 )
             )
-    fig.update_layout(
-        template="plotly_white",
-        title=f"Incumbent {objective} per night",
-        xaxis={"title": "date (UTC)", "type": "date"},
-        yaxis_title=f"{objective} ({unit(objective)})",
-        margin={"l": 60, "r": 20, "t": 50, "b": 50},
-    )
-    return figure_html(fig, "plot-nightly")
 
 
 def _segments(nights: Sequence[Night]) -> list[list[Night]]:

@@ -34,6 +34,8 @@ log = logging.getLogger(__name__)
 _BLUE, _ORANGE, _RED, _GREEN, _GREY = "#1f77b4", "#ff7f0e", "#d62728", "#2ca02c", "#7f7f7f"
 _LAYOUT: dict[str, Any] = {"template": "plotly_white", "margin": {"l": 60, "r": 20, "t": 50, "b": 50}}
 GiB = 2**30
+# the measured trials' two marker kinds: (feasible, name, colour, symbol)
+_FEASIBILITY = ((True, "feasible", _BLUE, "circle"), (False, "violates a constraint", _ORANGE, "x"))
 
 
 def params_text(row: TrialRow, formats: Mapping[str, str]) -> str:
@@ -63,10 +65,7 @@ def objective_figure(facts: StudyFacts) -> go.Figure | str:
         return "no trial was measured, so there is no objective to plot"
     metric, unit = facts.objective, _unit(facts.objective)
     fig = go.Figure()
-    for feasible, name, color, symbol in (
-        (True, "feasible", _BLUE, "circle"),
-        (False, "violates a constraint", _ORANGE, "x"),
-    ):
+    for feasible, name, color, symbol in _FEASIBILITY:
         pts = [r for r in measured if r.feasible == feasible]
         if pts:
             fig.add_trace(
@@ -80,14 +79,7 @@ def objective_figure(facts: StudyFacts) -> go.Figure | str:
                     hovertemplate="%{text}<extra></extra>",
                 )
             )
-    xs, ys, best = [], [], None
-    for r in sorted(measured, key=lambda r: r.number):
-        if r.feasible and r.value is not None:
-            better = best is None or (r.value < best if facts.minimize else r.value > best)
-            best = r.value if better else best
-        if best is not None:
-            xs.append(r.number)
-            ys.append(best)
+    xs, ys = _best_so_far(measured, facts.minimize)
     if xs:
         fig.add_trace(
             go.Scatter(
@@ -105,21 +97,7 @@ def objective_figure(facts: StudyFacts) -> go.Figure | str:
             annotation_text="baseline",
             annotation_position="top left",
         )
-    lost = [r for r in facts.rows if r.value is None]
-    if lost:  # drawn on an overlaid 0..1 axis, along the bottom edge
-        fig.add_trace(
-            go.Scatter(
-                x=[r.number for r in lost],
-                y=[0.03] * len(lost),
-                yaxis="y2",
-                mode="markers",
-                name="not measured (failed / infeasible)",
-                marker={"color": _RED, "symbol": "triangle-down", "size": 10},
-                text=[_hover(r, facts) for r in lost],
-                hovertemplate="%{text}<extra></extra>",
-            )
-        )
-        fig.update_layout(yaxis2={"overlaying": "y", "range": [0, 1], "visible": False})
+    _mark_lost(fig, facts)
     fig.update_layout(
         title=f"{metric} over trials ({facts.direction})",
         xaxis_title="trial",
@@ -127,6 +105,41 @@ def objective_figure(facts: StudyFacts) -> go.Figure | str:
         **_LAYOUT,
     )
     return fig
+
+
+def _best_so_far(measured: Sequence[TrialRow], minimize: bool) -> tuple[list[int], list[float]]:
+    """The best feasible value at each trial, in trial order, from the first feasible one on."""
+    xs: list[int] = []
+    ys: list[float] = []
+    best: float | None = None
+    for r in sorted(measured, key=lambda r: r.number):
+        if r.feasible and r.value is not None:
+            better = best is None or (r.value < best if minimize else r.value > best)
+            best = r.value if better else best
+        if best is not None:
+            xs.append(r.number)
+            ys.append(best)
+    return xs, ys
+
+
+def _mark_lost(fig: go.Figure, facts: StudyFacts) -> None:
+    """The trials that measured nothing, drawn on an overlaid 0..1 axis along the bottom edge."""
+    lost = [r for r in facts.rows if r.value is None]
+    if not lost:
+        return
+    fig.add_trace(
+        go.Scatter(
+            x=[r.number for r in lost],
+            y=[0.03] * len(lost),
+            yaxis="y2",
+            mode="markers",
+            name="not measured (failed / infeasible)",
+            marker={"color": _RED, "symbol": "triangle-down", "size": 10},
+            text=[_hover(r, facts) for r in lost],
+            hovertemplate="%{text}<extra></extra>",
+        )
+    )
+    fig.update_layout(yaxis2={"overlaying": "y", "range": [0, 1], "visible": False})
 
 
 def _hover(r: TrialRow, facts: StudyFacts) -> str:
@@ -157,11 +170,8 @@ def pareto_figure(facts: StudyFacts) -> go.Figure | str:
     if not pts:
         return "no trial measured both p90 TTFT and output throughput"
     fig = go.Figure()
-    groups = (
-        ("feasible", _BLUE, "circle", [p for p in pts if p[0].feasible]),
-        ("violates a constraint", _ORANGE, "x", [p for p in pts if not p[0].feasible]),
-    )
-    for name, color, symbol, group in groups:
+    for ok, name, color, symbol in _FEASIBILITY:
+        group = [p for p in pts if p[0].feasible == ok]
         if group:
             fig.add_trace(
                 go.Scatter(
@@ -189,19 +199,7 @@ def pareto_figure(facts: StudyFacts) -> go.Figure | str:
                 hoverinfo="skip",
             )
         )
-    if facts.best is not None:
-        t, q = facts.best.figure("ttft_p90"), facts.best.output_throughput
-        if t is not None and q is not None:
-            fig.add_trace(
-                go.Scatter(
-                    x=[t],
-                    y=[q],
-                    mode="markers",
-                    name=f"best ({facts.objective})",
-                    marker={"color": "rgba(0,0,0,0)", "size": 20, "line": {"color": _GREEN, "width": 3}},
-                    hoverinfo="skip",
-                )
-            )
+    _ring_best(fig, facts)
     fig.update_layout(
         title="Trade-off: p90 TTFT vs output throughput (upper left is better)",
         xaxis_title="TTFT p90 (ms)",
@@ -209,6 +207,24 @@ def pareto_figure(facts: StudyFacts) -> go.Figure | str:
         **_LAYOUT,
     )
     return fig
+
+
+def _ring_best(fig: go.Figure, facts: StudyFacts) -> None:
+    """A ring around the study's best trial, when it measured both figures."""
+    if facts.best is None:
+        return
+    t, q = facts.best.figure("ttft_p90"), facts.best.output_throughput
+    if t is not None and q is not None:
+        fig.add_trace(
+            go.Scatter(
+                x=[t],
+                y=[q],
+                mode="markers",
+                name=f"best ({facts.objective})",
+                marker={"color": "rgba(0,0,0,0)", "size": 20, "line": {"color": _GREEN, "width": 3}},
+                hoverinfo="skip",
+            )
+        )
 
 
 def importance_figure(study: optuna.Study, facts: StudyFacts) -> go.Figure | str:

@@ -183,27 +183,12 @@ def _trial_table(facts: StudyFacts) -> str:
 
 def _trial_cells(r: TrialRow, facts: StudyFacts) -> list[Cell]:
     rec = r.record
-    status = r.status + (" (baseline)" if r.baseline else "")
-    if rec.duplicate_of is not None:
-        status += f" (reuses #{rec.duplicate_of})"
-    if rec.saturated:
-        status += "; saturated"
-    if r.violated and rec.ok:  # an unmeasured trial breaks every constraint by construction
-        status += "; violates " + ", ".join(r.violated)
     cells = [
         Cell(str(r.number), sort=float(r.number), css="n"),
-        Cell(status, css=r.status),
+        Cell(_status_text(r), css=r.status),
         Cell(rec.failure or ""),
     ]
-    for name in facts.param_names:
-        value = r.params.get(name)
-        if value is None:
-            cells.append(Cell("-" if not r.baseline else "default"))
-            continue
-        fmt = facts.param_formats.get(name)
-        text = fmt.format(value) if fmt else str(value)
-        num = float(value) if isinstance(value, int | float) else None
-        cells.append(Cell(text, sort=num, css="n" if num is not None else ""))
+    cells += [_param_cell(r, name, facts) for name in facts.param_names]
     cells.append(Cell.num(r.value))
     cells += [Cell.num(r.figure(c)) for c in FIGURE_COLUMNS if c != facts.objective]
     cells += [
@@ -219,6 +204,31 @@ def _trial_cells(r: TrialRow, facts: StudyFacts) -> list[Cell]:
     evidence = r.evidence_line or (rec.figures.saturation_note if rec.saturated and rec.figures else "")
     cells.append(Cell(evidence[:200], css="evidence", title=(rec.evidence or rec.reason or evidence)[:2000]))
     return cells
+
+
+def _status_text(r: TrialRow) -> str:
+    """The trial's status, with what else marks it: the baseline, a reused measurement, a saturated
+    server, the constraints a measured trial broke."""
+    rec = r.record
+    status = r.status + (" (baseline)" if r.baseline else "")
+    if rec.duplicate_of is not None:
+        status += f" (reuses #{rec.duplicate_of})"
+    if rec.saturated:
+        status += "; saturated"
+    if r.violated and rec.ok:  # an unmeasured trial breaks every constraint by construction
+        status += "; violates " + ", ".join(r.violated)
+    return status
+
+
+def _param_cell(r: TrialRow, name: str, facts: StudyFacts) -> Cell:
+    """Parameter ``name``'s value in the trial, as its format shows it (numbers sort as numbers)."""
+    value = r.params.get(name)
+    if value is None:
+        return Cell("-" if not r.baseline else "default")
+    fmt = facts.param_formats.get(name)
+    text = fmt.format(value) if fmt else str(value)
+    num = float(value) if isinstance(value, int | float) else None
+    return Cell(text, sort=num, css="n" if num is not None else "")
 
 
 def _pct_sort(v: float | None) -> Cell:

@@ -173,33 +173,40 @@ class Parameter(_Strict):
             required=self.render is None and self.unsupported is None,
         )
         if self.type in ("int", "float"):
-            if self.low is None or self.high is None:
-                raise ValueError(f"type {self.type} needs 'low' and 'high'")
-            if self.low > self.high:
-                raise ValueError(f"low ({self.low}) is greater than high ({self.high})")
-            if self.log and self.low <= 0:
-                raise ValueError(f"log scale needs low > 0, got low={self.low}")
-            if self.log and self.step is not None:
-                raise ValueError("'log' and 'step' cannot be combined (Optuna does not support it)")
-            if self.type == "int" and (
-                self.low != math.floor(self.low) or self.high != math.floor(self.high)
-            ):
-                raise ValueError("type int needs integer 'low' and 'high'")
-            if self.choices is not None:
-                raise ValueError(f"type {self.type} takes low/high, not 'choices'")
+            self._check_range()
         elif self.type == "categorical":
-            if not self.choices:
-                raise ValueError("type categorical needs a non-empty 'choices' list")
-            if len(set(self.choices)) != len(self.choices):
-                raise ValueError(f"'choices' has duplicates: {list(self.choices)}")
-            if any(v is not None for v in (self.low, self.high, self.step)):
-                raise ValueError("type categorical takes 'choices', not low/high/step")
+            self._check_choices()
         elif self.type == "bool" and any(v is not None for v in (self.low, self.high, self.choices)):
             raise ValueError("type bool takes no low/high/choices")
         self._check_off_value()
         if self.opted_in and self.opt_in is None:
             raise ValueError("'opted_in' enables an 'opt_in' parameter; this one has no 'opt_in' reason")
         return self
+
+    def _check_range(self) -> None:
+        """An int or float parameter: low..high (integers for int), a log scale above 0 and without
+        a step, no choices."""
+        if self.low is None or self.high is None:
+            raise ValueError(f"type {self.type} needs 'low' and 'high'")
+        if self.low > self.high:
+            raise ValueError(f"low ({self.low}) is greater than high ({self.high})")
+        if self.log and self.low <= 0:
+            raise ValueError(f"log scale needs low > 0, got low={self.low}")
+        if self.log and self.step is not None:
+            raise ValueError("'log' and 'step' cannot be combined (Optuna does not support it)")
+        if self.type == "int" and (self.low != math.floor(self.low) or self.high != math.floor(self.high)):
+            raise ValueError("type int needs integer 'low' and 'high'")
+        if self.choices is not None:
+            raise ValueError(f"type {self.type} takes low/high, not 'choices'")
+
+    def _check_choices(self) -> None:
+        """A categorical parameter: distinct choices, and no low/high/step."""
+        if not self.choices:
+            raise ValueError("type categorical needs a non-empty 'choices' list")
+        if len(set(self.choices)) != len(self.choices):
+            raise ValueError(f"'choices' has duplicates: {list(self.choices)}")
+        if any(v is not None for v in (self.low, self.high, self.step)):
+            raise ValueError("type categorical takes 'choices', not low/high/step")
 
     def _check_off_value(self) -> None:
         """The "feature off" value must be a candidate the sampler can propose."""

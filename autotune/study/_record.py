@@ -40,6 +40,7 @@ __all__ = [
 
 RECORD_VERSION = 3  # 3: passes, notes, predicted; status pruned
 BASELINE_ATTR = "baseline"
+GROUP_FINGERPRINT_ATTR = "group_fingerprint"  # study attr: what a group study measures, hashed
 
 
 class TrialStatus(StrEnum):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from autotune.space import (
@@ -63,17 +63,7 @@ def clip_space(
     grids = {n: p.grid() for n, p in knobs.items()}
     if not knobs or math.prod(len(g) for g in grids.values()) > GRID_LIMIT:
         return space, ()
-    facts = guard.facts()
-    fits: dict[str, set[Any]] = {n: set() for n in knobs}
-    why: dict[tuple[str, Any], str] = {}
-    for combo in itertools.product(*grids.values()):
-        values = dict(zip(knobs, combo, strict=True))
-        verdict = guard.check(argv_of(render_values(space, values).args), facts)
-        for name, value in values.items():
-            if verdict.feasible:
-                fits[name].add(value)
-            elif verdict.reasons:
-                why.setdefault((name, value), verdict.reasons[0])
+    fits, why = _fitting_values(space, guard, grids, argv_of)
     if not any(fits.values()):
         return space, ()  # nothing fits: each trial is recorded infeasible with its reason
     params, lines = dict(space.parameters), []
@@ -92,3 +82,26 @@ def clip_space(
             f"(e.g. {why.get((name, dropped[0]), 'refused by the memory check')})"
         )
     return space.model_copy(update={"parameters": params}), tuple(lines)
+
+
+def _fitting_values(
+    space: SearchSpace,
+    guard: MemoryGuard,
+    grids: Mapping[str, list[Any]],
+    argv_of: Callable[[Sequence[str]], list[str]],
+) -> tuple[dict[str, set[Any]], dict[tuple[str, Any], str]]:
+    """Every configuration of the grids checked against one reading of the machine: each
+    parameter's values that fit in at least one, and for a (parameter, value) that did not, the
+    first reason the guard gave."""
+    facts = guard.facts()
+    fits: dict[str, set[Any]] = {n: set() for n in grids}
+    why: dict[tuple[str, Any], str] = {}
+    for combo in itertools.product(*grids.values()):
+        values = dict(zip(grids, combo, strict=True))
+        verdict = guard.check(argv_of(render_values(space, values).args), facts)
+        for name, value in values.items():
+            if verdict.feasible:
+                fits[name].add(value)
+            elif verdict.reasons:
+                why.setdefault((name, value), verdict.reasons[0])
+    return fits, why

@@ -8,11 +8,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import functools
 import logging
 import time
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +34,7 @@ from autotune.bench import (
     warm_up,
 )
 from autotune.bench._capacity import CapacityPlan, base_request_rate
+from autotune.bench._prometheus import MetricsSnapshot
 from autotune.bench._replay import History
 from autotune.engine import (
     VLLM,
@@ -50,13 +49,14 @@ from autotune.memory import MemorySampler
 from autotune.space import RenderedConfig
 from autotune.study import Figures, Metrics, TrialListener, TrialRecord, TrialStatus
 from autotune.trial._capacity import LevelContext, run_levels
+from autotune.trial._checkpoints import PassCheckpoints
 from autotune.trial._launch_checks import reject_before_launch
 from autotune.trial._measured import Measured as _Measured
+from autotune.trial._measured import PassRun, no_success_reason
 from autotune.trial._measured import config_key as _key
-from autotune.trial._measured import no_success_reason
 from autotune.trial._memory_guard import MemoryGuard
 from autotune.trial._overlap import PrestartSlot, hidden_start, overlap_refusal
-from autotune.trial._passes import PassPlan, PassResult, combine_passes, reset_leak, reset_prefix_cache
+from autotune.trial._passes import PassPlan, PassResult, reset_prefix_cache
 from autotune.trial._requests import write_request_timings
 from autotune.trial._served import RunningServer, Served, served_model
 from autotune.workload import Workload
@@ -65,6 +65,34 @@ __all__ = ["VllmEvaluator", "no_success_reason"]
 
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class _Live:
+    """One engine being measured: the client of its replays, the server and its target, the study's
+    listener, and when the warm-up began (t0) and ended (t1)."""
+
+    client: httpx.AsyncClient
+    proc: Served
+    target: ReplayTarget
+    listener: TrialListener | None
+    t0: float
+    t1: float
+
+
+def _failed_record(
+    base: TrialRecord, exc: EngineStartError | EngineCrashed, startup_s: float, peak: dict[str, Any]
+) -> TrialRecord:
+    """The record of a trial whose engine failed to start or crashed."""
+    return base.with_(
+        status=TrialStatus.FAILED,
+        failure=exc.failure,
+        reason=str(exc),
+        log_path=exc.log_path,
+        evidence=exc.log_tail,
+        timings_s={"startup": startup_s},
+        memory=peak,
+    )
 
 
 @dataclass
@@ -172,42 +200,50 @@ class VllmEvaluator:
             self._early.wait_ready()  # this engine's memory must not come free while the next one profiles
         except (EngineStartError, EngineCrashed) as exc:
             log.info("trial %d: engine failed: %s", number, exc.failure)
-            return base.with_(
-                status=TrialStatus.FAILED,
-                failure=exc.failure,
-                reason=str(exc),
-                log_path=exc.log_path,
-                evidence=exc.log_tail,
-                timings_s={"startup": proc.startup_s or (time.monotonic() - t_start)},
-                memory=peak,
-            )
+            startup = proc.startup_s or (time.monotonic() - t_start)
+            return _failed_record(base, exc, startup, peak)  # peak: filled as the engine stops, below
         finally:
-            t_stop = time.monotonic()
-            if sampler is not None:
-                peak.update(MemoryGuard.peak_record(sampler.stop()))
-            proc.stop()  # also on Ctrl-C and on any error: no engine outlives its trial; it also
-            # removes the /dev/shm files it left (torch's psm_*, the profile's pool) that nothing maps
-            if self.memory is not None and self._early.pending is None:  # (1) beside another, no reading
-                self.memory.wait_gpu_released(gpu_before)
-            teardown = time.monotonic() - t_stop
-        violations: tuple[str, ...] = ()
-        if self.memory is not None and sampler is not None:
-            violations = self.memory.violations(sampler.result())
-            for v in violations:
-                log.warning("trial %d: %s", number, v)
+            teardown = self._stop(proc, sampler, peak, gpu_before)
         record = base.with_(
             log_path=str(proc.log_path),
             requests_path=str(requests_path),
             kv_tokens=kv.tokens if kv else None,
             kv_max_concurrency=kv.max_concurrency if kv else None,
             memory=peak,
-            violations=violations,
+            violations=self._violations(number, sampler),
         )
         if started_early is not None:
             hidden, note = hidden_start(proc.startup_s, started_early, t_call)
             record = record.with_(notes=(note,))
             measured = dataclasses.replace(measured, phase={**measured.phase, "startup_overlapped": hidden})
         return self._measured_record(record, proc, measured, teardown)
+
+    def _stop(
+        self,
+        proc: EngineProcess,
+        sampler: MemorySampler | None,
+        peak: dict[str, Any],
+        gpu_before: int | None,
+    ) -> float:
+        """Stop the trial's engine (and its memory sampler, whose peaks go to ``peak``); the
+        seconds the teardown took."""
+        t_stop = time.monotonic()
+        if sampler is not None:
+            peak.update(MemoryGuard.peak_record(sampler.stop()))
+        proc.stop()  # also on Ctrl-C and on any error: no engine outlives its trial; it also
+        # removes the /dev/shm files it left (torch's psm_*, the profile's pool) that nothing maps
+        if self.memory is not None and self._early.pending is None:  # (1) beside another, no reading
+            self.memory.wait_gpu_released(gpu_before)
+        return time.monotonic() - t_stop
+
+    def _violations(self, number: int, sampler: MemorySampler | None) -> tuple[str, ...]:
+        """The memory limits the run broke, each logged."""
+        if self.memory is None or sampler is None:
+            return ()
+        violations = self.memory.violations(sampler.result())
+        for v in violations:
+            log.warning("trial %d: %s", number, v)
+        return violations
 
     def _measured_record(
         self, record: TrialRecord, proc: Served, measured: _Measured, teardown: float
@@ -253,99 +289,90 @@ class VllmEvaluator:
         self, proc: Served, listener: TrialListener | None, model: str | None = None
     ) -> _Measured:
         timeout = httpx.Timeout(self.request_timeout_s, connect=10.0)
-        names, path = self.engine.endpoints.metric_names, self.engine.endpoints.metrics
-        passes: list[PassResult] = []
-        timings: list[RequestTiming] = []
-        notes: list[str] = []
         async with replay_client(max_in_flight=DEFAULT_MAX_IN_FLIGHT, timeout=timeout) as client:
             model = model or await served_model(client, proc.base_url, self.engine, self.spec)
             target = ReplayTarget(base_url=proc.base_url, model=model, api_key=self.spec.api_key)
             if listener is not None:  # the engine is up: the study may hold the replay here (it
                 listener.engine_up()  # blocks; nothing else runs on this loop before the replay)
             t0 = time.monotonic()
-            chat = any(r.is_chat for r in self.workload.requests)
-            like = self.workload.requests if self.warmup_like_workload else ()
-            await warm_up(client, target, count=self.warmup_requests, chat=chat, like=like)
-            # with repeated passes every pass starts from an emptied cache, pass 1 too
-            if like and self.warmup_requests and self.passes.repeated:
-                refused = await reset_prefix_cache(client, proc.base_url, self.spec.api_key)
-                if refused is not None:  # harmless: the warm-up shares no prompt block with the workload
-                    log.info("after the warm-up: %s", refused)
+            await self._warm_up(client, target)
             t1 = time.monotonic()
+            live = _Live(client, proc, target, listener, t0, t1)
             if self.capacity is not None:
-                return await self._measure_capacity(client, proc, target, listener, t0, t1)
+                return await self._measure_capacity(live)
             log_mark = len(proc.log_text())  # the connector's lines of the measured passes follow
-            first = await scrape_metrics(client, proc.base_url, names, path)
-            before, planned, k = first, 1, 0
-            while k < planned:
-                if k > 0:
-                    refused = await reset_prefix_cache(client, proc.base_url, self.spec.api_key)
-                    if refused is not None:
-                        notes.append(f"{k} of {planned} passes: could not empty the prefix cache: {refused}")
-                        log.warning("stopping after pass %d: %s", k, refused)
-                        break
-                    before = await scrape_metrics(client, proc.base_url, names, path)
-                # the last pass (known once it is the planned count's, or a fixed count's last)
-                final = k == planned - 1 and (k > 0 or self.passes.count == 1)
-                result, got, pruned, queue = await self._one_pass(client, target, k, listener, final=final)
-                after = await scrape_metrics(client, proc.base_url, names, path)
-                delta = (
-                    MetricsDelta.between(before, after, self.host_sources, names)
-                    if before and after
-                    else None
-                )
-                passes.append(
-                    PassResult(figures=self._figures(got, result, queue), metrics=delta, pruned=pruned)
-                )
-                timings.extend(got)
-                if pruned is not None:
-                    break
-                if k == 0:
-                    planned = self.passes.passes_after_first(
-                        proc.startup_s or 0.0, t1 - t0, time.monotonic() - t1
-                    )
-                k += 1
-            last = await scrape_metrics(client, proc.base_url, names, path)
+            run = await self._run_passes(live)
             t2 = time.monotonic()
-        metrics = MetricsDelta.between(first, last, self.host_sources, names) if first and last else None
-        connector = self.engine.log.connector_hits(proc.log_text()[log_mark:])
-        if connector is not None:
-            notes.append(connector.describe())
-        fallback = kernel_fallback_note(proc.log_text())
-        if fallback is not None:
-            notes.append(fallback)
-        summaries = tuple(p.summary(self.objective_metric) for p in passes)
-        leak = reset_leak(summaries)
-        if leak is not None:
-            notes.append(leak)
-        figures = combine_passes([p.figures for p in passes])
-        if figures.behind_schedule and figures.schedule_note:
-            notes.append(figures.schedule_note)
-        if figures.saturated and figures.saturation_note:
-            notes.append(figures.saturation_note)
-        return _Measured(
-            figures=figures,
-            metrics=metrics,
-            phase={"warmup": t1 - t0, "measure": t2 - t1},
-            timings=tuple(timings),
-            summaries=summaries,
-            notes=tuple(notes),
-            pruned=passes[-1].pruned if passes else None,
-            connector=connector,
+        return self._passes_measured(
+            proc, run, proc.log_text()[log_mark:], {"warmup": t1 - t0, "measure": t2 - t1}
         )
 
-    async def _measure_capacity(
-        self,
-        client: httpx.AsyncClient,
-        proc: Served,
-        target: ReplayTarget,
-        listener: TrialListener | None,
-        t0: float,
-        t1: float,
+    async def _warm_up(self, client: httpx.AsyncClient, target: ReplayTarget) -> None:
+        chat = any(r.is_chat for r in self.workload.requests)
+        like = self.workload.requests if self.warmup_like_workload else ()
+        await warm_up(client, target, count=self.warmup_requests, chat=chat, like=like)
+        # with repeated passes every pass starts from an emptied cache, pass 1 too
+        if like and self.warmup_requests and self.passes.repeated:
+            refused = await reset_prefix_cache(client, target.base_url, self.spec.api_key)
+            if refused is not None:  # harmless: the warm-up shares no prompt block with the workload
+                log.info("after the warm-up: %s", refused)
+
+    async def _scrape(self, client: httpx.AsyncClient, base_url: str) -> MetricsSnapshot | None:
+        endpoints = self.engine.endpoints
+        return await scrape_metrics(client, base_url, endpoints.metric_names, endpoints.metrics)
+
+    def _delta(self, before: MetricsSnapshot | None, after: MetricsSnapshot | None) -> MetricsDelta | None:
+        if not (before and after):
+            return None
+        return MetricsDelta.between(before, after, self.host_sources, self.engine.endpoints.metric_names)
+
+    async def _run_passes(self, live: _Live) -> PassRun:
+        """The planned passes, the prefix cache emptied between them; stops early when pruned or
+        when the cache cannot be emptied."""
+        client, proc, target, listener = live.client, live.proc, live.target, live.listener
+        run = PassRun(first=await self._scrape(client, proc.base_url))
+        before, planned, k = run.first, 1, 0
+        while k < planned:
+            if k > 0:
+                refused = await reset_prefix_cache(client, proc.base_url, self.spec.api_key)
+                if refused is not None:
+                    run.notes.append(f"{k} of {planned} passes: could not empty the prefix cache: {refused}")
+                    log.warning("stopping after pass %d: %s", k, refused)
+                    break
+                before = await self._scrape(client, proc.base_url)
+            # the last pass (known once it is the planned count's, or a fixed count's last)
+            final = k == planned - 1 and (k > 0 or self.passes.count == 1)
+            result, got, pruned, queue = await self._one_pass(client, target, k, listener, final=final)
+            after = await self._scrape(client, proc.base_url)
+            figures = self._figures(got, result, queue)
+            run.passes.append(PassResult(figures=figures, metrics=self._delta(before, after), pruned=pruned))
+            run.timings.extend(got)
+            if pruned is not None:
+                break
+            if k == 0:
+                planned = self.passes.passes_after_first(
+                    proc.startup_s or 0.0, live.t1 - live.t0, time.monotonic() - live.t1
+                )
+            k += 1
+        run.last = await self._scrape(client, proc.base_url)
+        return run
+
+    def _passes_measured(
+        self, proc: Served, run: PassRun, passes_log: str, phase: dict[str, float]
     ) -> _Measured:
+        """What the passes measured; ``passes_log``: the engine's log since the passes began."""
+        return run.measured(
+            metrics=self._delta(run.first, run.last),
+            phase=phase,
+            objective_metric=self.objective_metric,
+            connector=self.engine.log.connector_hits(passes_log),
+            fallback=kernel_fallback_note(proc.log_text()),
+        )
+
+    async def _measure_capacity(self, live: _Live) -> _Measured:
         """Levels of load on this engine instead of passes: the bracket of its capacity."""
         assert self.capacity is not None
-        names, path = self.engine.endpoints.metric_names, self.engine.endpoints.metrics
+        client, proc, target, listener = live.client, live.proc, live.target, live.listener
         ctx = LevelContext(
             client=client,
             target=target,
@@ -355,13 +382,13 @@ class VllmEvaluator:
             arrival=self.arrival,
             history=self.history,
             request_slos=self.slos_ms,
-            metric_names=names,
-            metrics_path=path,
+            metric_names=self.engine.endpoints.metric_names,
+            metrics_path=self.engine.endpoints.metrics,
             host_sources=self.host_sources,
         )
-        first = await scrape_metrics(client, proc.base_url, names, path)
+        first = await self._scrape(client, proc.base_url)
         run = await run_levels(ctx, self.capacity, base_request_rate(self.workload, self.arrival), listener)
-        last = await scrape_metrics(client, proc.base_url, names, path)
+        last = await self._scrape(client, proc.base_url)
         t2 = time.monotonic()
         figures = run.figures
         if figures is None:  # no level ran (pruned before the first): nothing measured
@@ -374,8 +401,8 @@ class VllmEvaluator:
             notes.append(figures.saturation_note)
         return _Measured(
             figures=figures,
-            metrics=MetricsDelta.between(first, last, self.host_sources, names) if first and last else None,
-            phase={"warmup": t1 - t0, "measure": t2 - t1},
+            metrics=self._delta(first, last),
+            phase={"warmup": live.t1 - live.t0, "measure": t2 - live.t1},
             timings=tuple(run.timings),
             summaries=(),  # the levels are in the figures (capacity_levels)
             notes=tuple(notes),
@@ -408,56 +435,31 @@ class VllmEvaluator:
         """One replay; with ``listener``, the figures so far are reported at each checkpoint and the
         replay is cancelled when the answer says to stop (the partial timings are kept). ``final``:
         the trial's last pass, whose last checkpoint is reported but never stops it (it has run in
-        full: nothing is left to save, and its figures are kept).
-
-        The reports run on a thread of their own, in order, never on this loop: a report writes the
-        study's storage (a SQLite commit that waits on the disk and on the heartbeat thread's lock),
-        and on the CPU build one such write held the replayer for up to 0.5 s while requests were in
-        flight, whose TTFT then measured the tool instead of vLLM (benchmarks/RESULTS.md, issue 14)."""
-        got: list[RequestTiming] = []
-        n = len(self.workload)
-        marks = {max(1, round(n * (q + 1) / self.checkpoints)): q + 1 for q in range(self.checkpoints)}
-        loop = asyncio.get_running_loop()
-        stop: asyncio.Future[str] = loop.create_future()
-        reports: list[asyncio.Future[str | None]] = []
-        reporter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="trial-report")
-        t_start = time.monotonic()
-
-        def answered(q: int, fut: asyncio.Future[str | None]) -> None:
-            if fut.cancelled() or fut.exception() is not None or stop.done():
-                return  # an exception is raised where the reports are awaited
-            why = fut.result()
-            if why is not None and not (final and q == self.checkpoints):
-                stop.set_result(why)
-
-        def on_done(t: RequestTiming) -> None:
-            got.append(t)
-            q = marks.get(len(got))
-            if listener is None or q is None or stop.done():
-                return
-            figures = summarize(got, time.monotonic() - t_start, slos_ms=self.slos_ms or None).as_dict()
-            fut = loop.run_in_executor(reporter, listener.checkpoint, k * self.checkpoints + q, figures)
-            fut.add_done_callback(functools.partial(answered, q))
-            reports.append(fut)
-
+        full: nothing is left to save, and its figures are kept). The reports run on a thread of
+        their own (see :mod:`autotune.trial._checkpoints`)."""
+        checks = PassCheckpoints(
+            listener,
+            k=k,
+            count=self.checkpoints,
+            requests=len(self.workload),
+            final=final,
+            slos_ms=self.slos_ms or None,
+        )
         watch = QueueWatch(target.base_url, self.engine.endpoints.metrics)  # vLLM's own queue
         watch.start()
         task = asyncio.ensure_future(
-            replay(client, target, self.workload, self.arrival, history=self.history, on_done=on_done)
+            replay(client, target, self.workload, self.arrival, history=self.history, on_done=checks.on_done)
         )
         try:
-            await asyncio.wait([task, stop], return_when=asyncio.FIRST_COMPLETED)  # type: ignore[type-var]
+            await asyncio.wait([task, checks.stop], return_when=asyncio.FIRST_COMPLETED)  # type: ignore[type-var]
         finally:
             if not task.done():
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
             queue = await watch.stop()
-            try:
-                await asyncio.gather(*reports)  # every report stored (and its answer read) before going on
-            finally:
-                reporter.shutdown(wait=True)
-        if stop.done():
-            return None, got, stop.result(), queue
-        stop.cancel()
-        return task.result(), got, None, queue
+            await checks.drain()  # every report stored (and its answer read) before going on
+        if checks.stop.done():
+            return None, checks.got, checks.stop.result(), queue
+        checks.stop.cancel()
+        return task.result(), checks.got, None, queue

@@ -124,16 +124,9 @@ def combine_passes(passes: Sequence[TrialFigures]) -> TrialFigures:
     the sums of counts (requests served, failed), the worst schedule lag."""
     if len(passes) == 1:
         return passes[0]
-    first = passes[0]
-    pct_keys = dict.fromkeys(k for p in passes for k in p.percentiles_ms)
-    mean_keys = dict.fromkeys(k for p in passes for k in p.mean_ms)
-    failures: dict[str, int] = {}
-    for p in passes:
-        for why, n in p.failures.items():
-            failures[why] = failures.get(why, 0) + n
-    goodputs = [p.goodput for p in passes if p.goodput is not None]
     behind = [p for p in passes if p.behind_schedule]
     saturated = [p for p in passes if p.saturated]
+    lagging = behind[0] if behind else passes[0]  # the pass whose schedule the trial reports
     return TrialFigures(
         completed=sum(p.completed for p in passes),
         failed=sum(p.failed for p in passes),
@@ -141,18 +134,39 @@ def combine_passes(passes: Sequence[TrialFigures]) -> TrialFigures:
         request_throughput=_median([p.request_throughput for p in passes]),
         output_throughput=_median([p.output_throughput for p in passes]),
         total_output_tokens=sum(p.total_output_tokens for p in passes),
-        percentiles_ms={k: _median([p.percentiles_ms.get(k, math.nan) for p in passes]) for k in pct_keys},
-        mean_ms={k: _median([p.mean_ms.get(k, math.nan) for p in passes]) for k in mean_keys},
-        goodput=_median(goodputs) if goodputs else None,
+        percentiles_ms=_median_per_key([p.percentiles_ms for p in passes]),
+        mean_ms=_median_per_key([p.mean_ms for p in passes]),
+        goodput=_median_present([p.goodput for p in passes]),
         lag_p99_ms=max(p.lag_p99_ms for p in passes),
         behind_schedule=bool(behind),
-        schedule_note=behind[0].schedule_note if behind else first.schedule_note,
-        failures=dict(sorted(failures.items(), key=lambda kv: -kv[1])),
+        schedule_note=lagging.schedule_note,
+        failures=_failure_counts(passes),
         lag_max_ms=max(p.lag_max_ms for p in passes),
-        lag_tolerance_ms=(behind[0] if behind else first).lag_tolerance_ms,
+        lag_tolerance_ms=lagging.lag_tolerance_ms,
         saturated=bool(saturated),
         saturation_note=saturated[0].saturation_note if saturated else "",
     )
+
+
+def _median_present(values: Sequence[float | None]) -> float | None:
+    """The median of the values present (None: none is)."""
+    present = [v for v in values if v is not None]
+    return _median(present) if present else None
+
+
+def _median_per_key(figures: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    """For every key of any pass, the median over the passes (a pass without it does not count)."""
+    keys = dict.fromkeys(k for f in figures for k in f)
+    return {k: _median([f.get(k, math.nan) for f in figures]) for k in keys}
+
+
+def _failure_counts(passes: Sequence[TrialFigures]) -> dict[str, int]:
+    """The failed requests of every pass by cause, the most frequent first."""
+    failures: dict[str, int] = {}
+    for p in passes:
+        for why, n in p.failures.items():
+            failures[why] = failures.get(why, 0) + n
+    return dict(sorted(failures.items(), key=lambda kv: -kv[1]))
 
 
 def spread(values: Sequence[float]) -> float | None:

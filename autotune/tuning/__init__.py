@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from autotune.tuning._bench import bench_server
 from autotune.tuning._confirm import confirm_best
-from autotune.tuning._dry_run import preview_commands
+from autotune.tuning._dry_run import CommandPreview, preview_commands
 from autotune.tuning._fingerprint import (
     FINGERPRINT_ATTR,
     check_fingerprint,
@@ -45,6 +45,7 @@ __all__ = [
     "GROUP_FINGERPRINT_ATTR",
     "RUN_ATTR",
     "BaselinePlan",
+    "CommandPreview",
     "GpuGroup",
     "GroupEvaluator",
     "GroupPreview",

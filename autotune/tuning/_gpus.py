@@ -155,30 +155,10 @@ def plan_groups(
     workers (default 1) splitting the CPU cores when the engine is the CPU build."""
     env = os.environ if env is None else env
     if gpus is None:
-        n = workers or 1
-        if setup.platform != "cpu" or n == 1:
-            return tuple(GpuGroup(slot=i) for i in range(n))
-        cores = sorted(os.sched_getaffinity(0))
-        if len(cores) < n:
-            raise ConfigError(
-                f"--workers {n}: this machine has {len(cores)} CPU cores (fix: at most {len(cores)})"
-            )
-        size = len(cores) // n
-        return tuple(GpuGroup(slot=i, cpus=tuple(cores[i * size : (i + 1) * size])) for i in range(n))
+        return _cpu_groups(setup, workers or 1)
     facts = read_machine_facts(probe)
-    if not facts.gpus:
-        why = next((n for n in facts.notes if "GPU" in n), "no NVIDIA GPU visible")
-        raise ConfigError(f"--gpus {gpus}: {why} (fix: drop --gpus on a machine without GPUs; use --workers)")
-    names = {g.index: g.name for g in facts.gpus}
-    wanted = parse_gpus(gpus)
-    if wanted is None:
-        wanted = _visible(facts, env)
-    missing = [g for g in wanted if g not in names]
-    if missing:
-        raise ConfigError(
-            f"--gpus {gpus}: no GPU {', '.join(map(str, missing))} here "
-            f"(fix: this machine has {', '.join(map(str, sorted(names)))})"
-        )
+    names = _gpu_names(gpus, facts)
+    wanted = _wanted(gpus, names, parse_gpus(gpus) or _visible(facts, env))
     size = engine_gpus(setup)
     if len(wanted) < size:
         raise ConfigError(
@@ -200,6 +180,38 @@ def plan_groups(
         chosen = tuple(wanted[i * size : (i + 1) * size])
         groups.append(GpuGroup(slot=i, gpus=chosen, names=tuple(names[g] for g in chosen)))
     return tuple(groups)
+
+
+def _cpu_groups(setup: TuningSetup, n: int) -> tuple[GpuGroup, ...]:
+    """``n`` workers without GPUs; on the CPU build, each bound to its share of the CPU cores."""
+    if setup.platform != "cpu" or n == 1:
+        return tuple(GpuGroup(slot=i) for i in range(n))
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < n:
+        raise ConfigError(
+            f"--workers {n}: this machine has {len(cores)} CPU cores (fix: at most {len(cores)})"
+        )
+    size = len(cores) // n
+    return tuple(GpuGroup(slot=i, cpus=tuple(cores[i * size : (i + 1) * size])) for i in range(n))
+
+
+def _gpu_names(gpus: str, facts: MachineFacts) -> dict[int, str]:
+    """Each GPU's model name by its number; an error when the machine shows none."""
+    if not facts.gpus:
+        why = next((n for n in facts.notes if "GPU" in n), "no NVIDIA GPU visible")
+        raise ConfigError(f"--gpus {gpus}: {why} (fix: drop --gpus on a machine without GPUs; use --workers)")
+    return {g.index: g.name for g in facts.gpus}
+
+
+def _wanted(gpus: str, names: Mapping[int, str], wanted: tuple[int, ...]) -> tuple[int, ...]:
+    """``wanted``, checked to be GPUs of this machine."""
+    missing = [g for g in wanted if g not in names]
+    if missing:
+        raise ConfigError(
+            f"--gpus {gpus}: no GPU {', '.join(map(str, missing))} here "
+            f"(fix: this machine has {', '.join(map(str, sorted(names)))})"
+        )
+    return wanted
 
 
 def complete_group(group: GpuGroup, platform: str, probe: MachineProbe | None = None) -> GpuGroup:

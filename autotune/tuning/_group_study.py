@@ -23,6 +23,7 @@ import optuna
 
 from autotune.errors import AutotuneError, ConfigError
 from autotune.study import (
+    GROUP_FINGERPRINT_ATTR,
     Figures,
     GroupScore,
     TrialRecord,
@@ -45,7 +46,6 @@ __all__ = [
     "stored_baseline",
 ]
 
-GROUP_FINGERPRINT_ATTR = "group_fingerprint"  # study attr: what a group study measures, hashed
 OBJECTIVE_PART = "group_objective"  # its part naming the group objective (absent: made before the key)
 LEGACY_MODE = "worst"  # the group objective of a study made before group_objective: existed
 

@@ -235,9 +235,8 @@ def build_prior(setup: PriorInputs) -> Prior:
     conc = peak_concurrency(setup.workload, getattr(setup, "arrival", None))
     prior.space, seq_lines, seqs = seqs_plan(prior.space, conc)
     roles = setup.space.roles
-    seqs_name = roles.max_seqs
-    if seqs is not None and seqs_name is not None:
-        base[seqs_name] = seqs
+    if seqs is not None and roles.max_seqs is not None:
+        base[roles.max_seqs] = seqs
     kv_knobs = [n for n in (roles.gpu_share, roles.kv_bytes) if n in tunable]  # the first one is swept
     rows = _rows(prior, setup, base, kv_knobs)
     if not rows:
@@ -245,50 +244,11 @@ def build_prior(setup: PriorInputs) -> Prior:
             "prior: no configuration of the space has a KV estimate here: no informed candidates"
         )
         return prior
-    first_block = rows[0][2][1]
-    ch = prior.chains(first_block)
-    per_token = setup.guard.kv_bytes_per_token(setup.engine_argv())
-    prior.lines.append(
-        f"prior: {len(setup.workload)} requests, {ch.prompt_tokens:,} prompt tokens ({tok_name}); an unlimited "
-        f"prefix cache serves {prior.bound(first_block):.1%} of them at block {first_block}; working set "
-        f"{ch.distinct * first_block:,} tokens = {ch.distinct * first_block * per_token / GiB:.2f} GiB of KV"
-    )
-    default_block, default_dtype = (
-        _tuned_default(setup.space, roles.block_size),
-        _tuned_default(setup.space, roles.kv_dtype),
-    )
-    dtype = roles.kv_dtype or ""
-    best_hit = max(r[0] for r in rows)
-    # ties (within GAIN): the model's KV dtype first (fp8 changes numerics: only when it buys hits),
-    # then vLLM's default block size, then the largest KV
-    close = [r for r in rows if r[0] >= best_hit - GAIN]
-    close.sort(
-        key=lambda r: (
-            r[1].get(dtype, default_dtype) == default_dtype,
-            r[2][1] == default_block,
-            r[2][0],
-        ),
-        reverse=True,
-    )
-    hit, best, (gpu, block, _) = close[0]
-    # every value at vLLM's default (as the space names it): the baseline measures it already
-    is_baseline = all(tunable[n].default is not None and v == tunable[n].default for n, v in best.items())
-    if not is_baseline:
-        prior.candidates.append(dict(best))
-    bound = prior.bound(block)
-    prior.lines.append(
-        f"prior: best memory setting {_fmt(setup.space, best, _memory_names(setup.space, kv_knobs))}"
-        + (" (vLLM's defaults: the baseline measures it)" if is_baseline and best else "")
-        + f": KV cache {gpu:,} tokens, predicted prefix hits {hit:.1%} of prompt tokens (unlimited cache: {bound:.1%})"
-    )
-    prior.lines += _dtype_lines(prior, rows, best, default_dtype) + seq_lines
-    if seqs_name in tunable and (
-        held := kv_concurrency(gpu, [len(x) for x in prior._prompts], setup.workload)
-    ):
-        prior.lines.append(
-            f"prior: that KV cache holds about {held:,} requests of the workload's mean length at once "
-            f"({seqs_name} above it adds concurrency only by preempting)"
-        )
+    ch = _working_set(prior, setup, setup.guard, rows[0][2][1], tok_name)
+    hit, best, (gpu, block, _) = _best_row(setup.space, rows)
+    _best_memory(prior, setup, best, (hit, gpu, block), kv_knobs)
+    prior.lines += _dtype_lines(prior, rows, best, _tuned_default(setup.space, roles.kv_dtype)) + seq_lines
+    prior.lines += _held_lines(prior, setup, gpu)
     if (pool := setup.space.tunable_named(roles.kv_pool)) is not None:
         prior.space = _offload_plan(prior, pool, best, gpu, block, hit, ch.distinct * block)
     prior.lines.append(
@@ -299,6 +259,77 @@ def build_prior(setup: PriorInputs) -> Prior:
         )
     )
     return prior
+
+
+def _working_set(prior: Prior, setup: PriorInputs, guard: MemoryGuard, block: int, tok_name: str) -> Chains:
+    """The workload's block chains at ``block`` tokens a block, said in one line: what an unlimited
+    prefix cache serves, and the working set in tokens and bytes of KV."""
+    ch = prior.chains(block)
+    per_token = guard.kv_bytes_per_token(setup.engine_argv())
+    prior.lines.append(
+        f"prior: {len(setup.workload)} requests, {ch.prompt_tokens:,} prompt tokens ({tok_name}); an unlimited "
+        f"prefix cache serves {prior.bound(block):.1%} of them at block {block}; working set "
+        f"{ch.distinct * block:,} tokens = {ch.distinct * block * per_token / GiB:.2f} GiB of KV"
+    )
+    return ch
+
+
+def _best_row(space: SearchSpace, rows: list[Row]) -> Row:
+    """The memory setting with the most predicted hits; ties (within GAIN): the model's KV dtype
+    first (fp8 changes numerics: only when it buys hits), then vLLM's default block size, then the
+    largest KV."""
+    default_block = _tuned_default(space, space.roles.block_size)
+    default_dtype = _tuned_default(space, space.roles.kv_dtype)
+    dtype = space.roles.kv_dtype or ""
+    best_hit = max(r[0] for r in rows)
+    close = [r for r in rows if r[0] >= best_hit - GAIN]
+    close.sort(
+        key=lambda r: (
+            r[1].get(dtype, default_dtype) == default_dtype,
+            r[2][1] == default_block,
+            r[2][0],
+        ),
+        reverse=True,
+    )
+    return close[0]
+
+
+def _best_memory(
+    prior: Prior,
+    setup: PriorInputs,
+    best: dict[str, Any],
+    predicted: tuple[float, int, int],
+    kv_knobs: list[str],
+) -> None:
+    """The best memory setting a candidate (unless it is the baseline's), said in one line with its
+    ``predicted`` (hits, KV tokens, block)."""
+    hit, gpu, block = predicted
+    tunable = setup.space.tunable
+    # every value at vLLM's default (as the space names it): the baseline measures it already
+    is_baseline = all(tunable[n].default is not None and v == tunable[n].default for n, v in best.items())
+    if not is_baseline:
+        prior.candidates.append(dict(best))
+    bound = prior.bound(block)
+    prior.lines.append(
+        f"prior: best memory setting {_fmt(setup.space, best, _memory_names(setup.space, kv_knobs))}"
+        + (" (vLLM's defaults: the baseline measures it)" if is_baseline and best else "")
+        + f": KV cache {gpu:,} tokens, predicted prefix hits {hit:.1%} of prompt tokens (unlimited cache: {bound:.1%})"
+    )
+
+
+def _held_lines(prior: Prior, setup: PriorInputs, gpu: int) -> list[str]:
+    """How many requests of the workload's mean length a KV cache of ``gpu`` tokens holds at once,
+    when the space tunes the running-sequence cap."""
+    seqs_name = setup.space.roles.max_seqs
+    if seqs_name not in setup.space.tunable:
+        return []
+    held = kv_concurrency(gpu, [len(x) for x in prior._prompts], setup.workload)
+    if not held:
+        return []
+    return [
+        f"prior: that KV cache holds about {held:,} requests of the workload's mean length at once "
+        f"({seqs_name} above it adds concurrency only by preempting)"
+    ]
 
 
 def _tuned_default(space: SearchSpace, name: str | None) -> Any:

@@ -322,6 +322,34 @@ def build_setup(choices: StudySpec, *, engine: Engine = VLLM) -> Iterator[Tuning
         setup.close()
 
 
+def _launch_spec(
+    choices: StudySpec, engine: Engine, fixed_args: tuple[tuple[str, str | None], ...], reset_cache: bool
+) -> LaunchSpec:
+    """How every trial's engine is launched; ``reset_cache``: with the environment that lets the
+    tool empty the prefix cache."""
+    return LaunchSpec(
+        model=choices.model or "",
+        launcher=tuple(choices.launcher.split()) if choices.launcher else engine.install.default_launcher(),
+        fixed_args=fixed_args,
+        api_key=_api_key(choices.api_key_env),
+        api_key_env=choices.api_key_env,  # the key's source variable: never passed to the engine
+        pass_env=tuple(choices.engine_pass_env),
+        startup_timeout_s=choices.startup_timeout,
+        env=dict(DEV_MODE_ENV) if reset_cache else {},
+        cache_dir=Path(choices.compile_cache).expanduser().resolve() if choices.compile_cache else None,
+    )
+
+
+def _memory_guard(choices: StudySpec, engine: Engine, platform: Literal["cuda", "cpu"]) -> MemoryGuard | None:
+    return MemoryGuard.for_model(
+        choices.model or "",
+        platform,
+        host_share=choices.host_share,
+        allow_swap=choices.allow_swap,
+        sizing_fn=engine.sizing,
+    )
+
+
 def _build(choices: StudySpec, engine: Engine) -> TuningSetup:
     wl = _load(choices)
     if not choices.model:
@@ -341,30 +369,10 @@ def _build(choices: StudySpec, engine: Engine) -> TuningSetup:
     arrival = arrival_spec(choices, wl)
     pass_plan = parse_passes(choices.passes)
     capacity = _capacity_plan(choices, objective, wl, arrival)
-    launch = LaunchSpec(
-        model=choices.model,
-        launcher=tuple(choices.launcher.split()) if choices.launcher else engine.install.default_launcher(),
-        fixed_args=fixed + baseline_flags,
-        api_key=_api_key(choices.api_key_env),
-        api_key_env=choices.api_key_env,  # the key's source variable: never passed to the engine
-        pass_env=tuple(choices.engine_pass_env),
-        startup_timeout_s=choices.startup_timeout,
-        # the cache reset between passes, and before every level of a capacity bracket
-        env=dict(DEV_MODE_ENV) if pass_plan.repeated or capacity is not None else {},
-        cache_dir=Path(choices.compile_cache).expanduser().resolve() if choices.compile_cache else None,
-    )
+    # the cache reset between passes, and before every level of a capacity bracket
+    launch = _launch_spec(choices, engine, fixed + baseline_flags, pass_plan.repeated or capacity is not None)
     platform: Literal["cuda", "cpu"] = "cpu" if space.platform == "cpu" else "cuda"
-    guard = (
-        MemoryGuard.for_model(
-            choices.model,
-            platform,
-            host_share=choices.host_share,
-            allow_swap=choices.allow_swap,
-            sizing_fn=engine.sizing,
-        )
-        if choices.check_memory
-        else None
-    )
+    guard = _memory_guard(choices, engine, platform) if choices.check_memory else None
     clipped: tuple[str, ...] = ()
     if guard is not None:
         space = clamp_space(space, read_machine_facts(), choices.host_share)

@@ -16,6 +16,7 @@ One worker (``autotune worker``, :func:`~autotune.tuning._worker.run_worker`) is
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import signal
@@ -188,6 +189,20 @@ class _Pool:
         w.start(self.command)
         return True
 
+    def run(self, progress: Callable[[bool], None], poll_s: float, grace_s: float) -> None:
+        """Start every worker and watch them until none runs, saying their trials; on any error
+        (Ctrl-C included) stop them all."""
+        try:
+            for w in self.workers:
+                w.start(self.command)
+            while self.watch():
+                progress(False)
+                time.sleep(poll_s)
+            progress(True)
+        except BaseException:
+            self.stop(grace_s)
+            raise
+
     def stop(self, grace_s: float) -> None:
         """SIGTERM every worker (each stops its engine and exits), SIGKILL what is left after
         ``grace_s`` (their engines' guardians then stop the engines)."""
@@ -233,24 +248,19 @@ def run_parallel(
     check_fingerprint(study, setup)
     record_devices(study, groups)
     run_id, since, wdir = uuid.uuid4().hex[:12], time.time(), directory / "workers"
-    workers = []
-    for g in groups:
-        spec = WorkerSpec(
-            choices=setup.choices,
-            study=study.study_name,
-            studies_dir=studies_dir,
-            storage=storage,
-            group=g,
-            seed=seed + g.slot,
-            n_trials=n_trials,
-            run_id=run_id,
-            run_trials=n_trials,
-            timeout_s=timeout_s,
-            baseline_since=since,
-            parent_pid=os.getpid(),
-            log_path=wdir / f"worker-{g.slot}.log",
-        )
-        workers.append(_Worker(g, spec.dump(wdir / f"worker-{g.slot}.json"), wdir / f"worker-{g.slot}.out"))
+    common = WorkerSpec(
+        choices=setup.choices,
+        study=study.study_name,
+        studies_dir=studies_dir,
+        storage=storage,
+        n_trials=n_trials,
+        run_id=run_id,
+        run_trials=n_trials,
+        timeout_s=timeout_s,
+        baseline_since=since,
+        parent_pid=os.getpid(),
+    )  # each worker's: this with its group, seed and log
+    workers = [_write_worker(common, g, seed + g.slot, wdir) for g in groups]
     where = {g.slot: g.describe() for g in groups}
     say(
         f"{len(workers)} worker(s): "
@@ -258,32 +268,40 @@ def run_parallel(
         + f" ({wdir})"
     )
     pool = _Pool(study, run_id, n_trials, timeout_s, worker_command, max_restarts, say, workers)
-    seen: dict[int, str] = {}
-
-    def report(final: bool = False) -> None:
-        for kind, item in _report(study, run_id, seen):
-            if kind == "start" and not final:
-                slot = item.user_attrs.get("worker")
-                say(f"trial #{item.number} started: worker {slot} on {where.get(slot, '?')}")
-            elif kind == "done" and on_trial_done is not None:
-                on_trial_done(item)
-
-    try:
-        for w in workers:
-            w.start(worker_command)
-        while pool.watch():
-            report()
-            time.sleep(poll_s)
-        report(final=True)
-    except BaseException:
-        pool.stop(stop_grace_s)
-        raise
+    pool.run(_Progress(study, run_id, where, say, on_trial_done), poll_s, stop_grace_s)
     run.returncodes = {w.group.slot: w.returncode for w in workers}
     run.restarts = {w.group.slot: w.restarts for w in workers}
     if all(w.returncode for w in workers) and not count_trials(study, run_id):
         w = workers[0]
         raise AutotuneError(f"every worker failed; worker 0: {w.last_words()} (its output: {w.out_path})")
     return run
+
+
+def _write_worker(common: WorkerSpec, g: GpuGroup, seed: int, wdir: Path) -> _Worker:
+    """Group ``g``'s worker, its spec written: ``common`` with this group, its seed and its log."""
+    spec = dataclasses.replace(common, group=g, seed=seed, log_path=wdir / f"worker-{g.slot}.log")
+    return _Worker(g, spec.dump(wdir / f"worker-{g.slot}.json"), wdir / f"worker-{g.slot}.out")
+
+
+@dataclass
+class _Progress:
+    """Says each trial of the run as the storage records it: its start (the worker and its GPUs,
+    not after the workers have stopped) and its end (to ``on_done``)."""
+
+    study: optuna.Study
+    run_id: str
+    where: dict[int, str]  # slot -> its GPUs, described
+    say: Callable[[str], None]
+    on_done: Callable[[TrialReport], None] | None
+    seen: dict[int, str] = field(default_factory=dict)
+
+    def __call__(self, final: bool = False) -> None:
+        for kind, item in _report(self.study, self.run_id, self.seen):
+            if kind == "start" and not final:
+                slot = item.user_attrs.get("worker")
+                self.say(f"trial #{item.number} started: worker {slot} on {self.where.get(slot, '?')}")
+            elif kind == "done" and self.on_done is not None:
+                self.on_done(item)
 
 
 def _fail_orphans(study: optuna.Study, run_id: str, slot: int) -> None:
