@@ -30,7 +30,7 @@ from typing import Any
 import psutil
 
 from autotune.engine import VLLM
-from autotune.spec import StudySpec
+from autotune.studyfile import StudySpec
 from autotune.workload import load_workload, sample_workload, write_jsonl
 
 REPO = Path(__file__).resolve().parent.parent

@@ -24,7 +24,7 @@ import httpx
 from autotune.bench import DEFAULT_MAX_IN_FLIGHT, ArrivalSpec, ReplayTarget, replay_client, warm_up
 from autotune.engine import EngineProcess
 from autotune.space import RenderedConfig
-from autotune.spec import StudySpec
+from autotune.studyfile import StudySpec
 from autotune.trial._capacity import LevelContext
 from autotune.trial._served import served_model
 from autotune.tuning import TuningSetup

@@ -32,8 +32,8 @@ import _common as c
 from search_efficiency import grid_points, key
 
 from autotune.errors import AutotuneError
-from autotune.spec import StudySpec
 from autotune.study import read_record
+from autotune.studyfile import StudySpec
 from autotune.tuning import (
     build_setup,
     open_study,

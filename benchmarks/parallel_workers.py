@@ -27,7 +27,7 @@ from typing import Any
 
 import _common as c
 
-from autotune.spec import StudySpec
+from autotune.studyfile import StudySpec
 from autotune.tuning import (
     RUN_ATTR,
     build_setup,

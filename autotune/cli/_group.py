@@ -13,8 +13,8 @@ import typer
 from autotune.cli._console import out
 from autotune.cli._render import fmt_params
 from autotune.errors import EXIT_NO_BASELINE
-from autotune.spec import GroupFile, StudySpec, resolve_spec
 from autotune.study import resolve_storage_url
+from autotune.studyfile import GroupFile, StudySpec, resolve_spec
 from autotune.tuning import (
     GroupEvaluator,
     GroupPreview,

@@ -1,4 +1,4 @@
-"""Command-line options generated from the study model (:class:`autotune.spec.StudySpec`): the name,
+"""Command-line options generated from the study model (:class:`autotune.studyfile.StudySpec`): the name,
 type, default and help of each option are written once, in the model. :func:`study_command` turns
 ``def run(spec: StudySpec) -> None`` into a Typer command whose options are the fields the model gives
 ``run``, plus ``--file/-f study.yaml``; the flags given on the command line override the file.
@@ -16,7 +16,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from autotune.spec import (
+from autotune.studyfile import (
     GroupFile,
     StudySpec,
     field_meta,
@@ -61,7 +61,7 @@ def _cli_type(name: str) -> Any:
 
 
 # ``--help`` groups the options by topic: each panel starts at the first field of a section of the
-# study model (autotune/spec/_model.py), in declaration order
+# study model (autotune/studyfile/_model.py), in declaration order
 _PANEL_STARTS = {
     "workload": "Workload and arrivals",
     "model": "Engine and model",

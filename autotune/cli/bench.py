@@ -17,8 +17,8 @@ from rich.table import Table
 from autotune.cli._console import console, out
 from autotune.cli._study_options import cli_option
 from autotune.errors import ConfigError
-from autotune.spec import StudySpec
 from autotune.study import TrialRecord
+from autotune.studyfile import StudySpec
 from autotune.trial import no_success_reason
 
 # typer needs Optional[...] at runtime on Python 3.10

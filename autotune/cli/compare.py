@@ -13,8 +13,8 @@ from autotune.cli._console import console, out
 from autotune.cli._study_options import study_command
 from autotune.errors import ConfigError
 from autotune.metrics import COMPARED, shown_in
-from autotune.spec import StudySpec
 from autotune.study import TrialRecord
+from autotune.studyfile import StudySpec
 from autotune.trial import Comparison, compare_configs, compare_recorded, config_to_args, read_measurement
 from autotune.tuning import TuningSetup, build_setup, on_gpus
 

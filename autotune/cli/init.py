@@ -58,7 +58,7 @@ def init(
 ) -> None:
     """Write a commented study file: the workload, the model and the detected profile set, every other key
     at its default with its help; then run it with `autotune run -f FILE`."""
-    from autotune.spec import commented_study_file
+    from autotune.studyfile import commented_study_file
 
     if out_path.exists() and not force:
         raise ConfigError(f"--out: {out_path} exists (fix: another path, or --force to overwrite it)")

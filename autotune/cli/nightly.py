@@ -17,7 +17,7 @@ from autotune.cli._group import announce_prior, open_group_study
 from autotune.cli._open import open_and_announce
 from autotune.cli._study_options import FILE_HELP, ExportPath, Storage, StudiesDir, study_command
 from autotune.errors import EXIT_BUDGET, EXIT_NOTHING_FEASIBLE, EXIT_REGRESSION, ConfigError, PromoteHookError
-from autotune.spec import GroupFile, StudySpec, load_study_file, resolve_spec
+from autotune.studyfile import GroupFile, StudySpec, load_study_file, resolve_spec
 
 if TYPE_CHECKING:
     from autotune.nightly import NightRecord

@@ -20,7 +20,6 @@ from autotune.cli._render import FORMATS_ATTR, fmt_params, fmt_value, study_tabl
 from autotune.cli._study_options import study_command
 from autotune.engine import startup_warnings
 from autotune.errors import EXIT_NO_BASELINE
-from autotune.spec import StudySpec
 from autotune.study import (
     TrialHooks,
     TrialRecord,
@@ -34,6 +33,7 @@ from autotune.study import (
     run_study,
     saturation_summary,
 )
+from autotune.studyfile import StudySpec
 from autotune.trial import VllmEvaluator
 from autotune.tuning import (
     BaselinePlan,

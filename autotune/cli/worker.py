@@ -17,8 +17,8 @@ from autotune.cli._console import console, log_to_file
 from autotune.cli._render import trial_line
 from autotune.cli._study_options import study_command
 from autotune.errors import ConfigError
-from autotune.spec import StudySpec
 from autotune.study import TrialReport
+from autotune.studyfile import StudySpec
 from autotune.tuning import (
     GpuGroup,
     WorkerSpec,

@@ -17,7 +17,7 @@ from typing import Protocol
 from autotune.errors import ConfigError
 from autotune.export._helm import HelmValuesExporter
 from autotune.export._yaml import ExportedConfig, VllmConfigExporter
-from autotune.spec import EXPORT_FORMATS
+from autotune.studyfile import EXPORT_FORMATS
 
 __all__ = ["EXPORTERS", "Exporter", "exporter_for"]
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from autotune.spec import StudySpec, parse_duration
+from autotune.studyfile import StudySpec, parse_duration
 from autotune.workload import traffic_file_start
 
 __all__ = ["NIGHT_WINDOW", "RUN_SHARE", "ReplayBound", "bound_night_replay"]

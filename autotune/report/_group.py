@@ -263,7 +263,8 @@ def _trial_table(g: GroupView) -> str:
     note = (
         "<p class='note'>Each trial is the whole group: every engine started, every workload replayed at "
         "once. A model's ratio is its objective metric over its own figure in the baseline group (below "
-        "1 is better); the group objective is the worst weighted ratio (or their weighted sum). "
+        "1 is better); the group objective is the study's group_objective (pareto: the weighted geometric "
+        "mean of the ratios; worst: the worst weighted ratio; weighted_sum: their weighted mean). "
         "Highlighted: <span style='background:#f3f8ff'>baseline group</span>, "
         "<span style='background:#eefbf1'>best</span>.</p>"
     )

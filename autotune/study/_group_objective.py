@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from autotune.spec import GROUP_MODES, GroupMode
+from autotune.studyfile import GROUP_MODES, GroupMode
 
 __all__ = [
     "GROUP_MODES",

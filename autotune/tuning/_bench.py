@@ -13,8 +13,8 @@ import httpx
 
 from autotune.bench import ArrivalSpec, ServerFacts, probe_server, replay_client, server_root
 from autotune.engine import VLLM, Engine, LaunchSpec
-from autotune.spec import StudySpec
 from autotune.study import Objective, TrialRecord, parse_slo
+from autotune.studyfile import StudySpec
 from autotune.trial import PassPlan, VllmEvaluator, parse_passes
 from autotune.tuning._setup import _api_key, _capacity_plan, _load, arrival_spec
 from autotune.workload import Workload

@@ -18,7 +18,7 @@ import optuna
 
 from autotune.errors import ConfigError
 from autotune.space import measured_bytes
-from autotune.spec import StudySpec, field_meta, spec_fingerprint, study_record
+from autotune.studyfile import StudySpec, field_meta, spec_fingerprint, study_record
 from autotune.tuning._setup import TuningSetup
 
 __all__ = [
@@ -147,7 +147,7 @@ def _files_sha(path: Path) -> str:
 
 
 def effective_fingerprint(setup: TuningSetup) -> str:
-    """The hash of the effective study (:func:`autotune.spec.spec_fingerprint`): the same study from a file
+    """The hash of the effective study (:func:`autotune.studyfile.spec_fingerprint`): the same study from a file
     or from flags, from any working directory, hashes the same."""
     c = setup.choices
     contents = {

@@ -19,7 +19,7 @@ from typing import Any, Literal
 from autotune.errors import AutotuneError, ConfigError
 from autotune.memory import GiB, GpuMemory, MachineFacts, read_machine_facts
 from autotune.space import SHARE_KEYS, RenderedConfig, Role, SearchSpace, render_values
-from autotune.spec import GroupFile, resolve_spec
+from autotune.studyfile import GroupFile, resolve_spec
 from autotune.trial import model_max_len
 from autotune.tuning._setup import TuningSetup, build_setup
 

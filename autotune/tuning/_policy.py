@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from autotune.space import SearchSpace
-from autotune.spec import StudySpec
 from autotune.study import IncumbentPruner, Objective, PendingJournal, TrialPolicy, standard_gates
+from autotune.studyfile import StudySpec
 from autotune.tuning._prior import Prior
 
 __all__ = ["TrialScope", "trial_policy"]

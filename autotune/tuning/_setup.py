@@ -34,8 +34,8 @@ from autotune.space import (
     flags_to_argv,
     load_search_space,
 )
-from autotune.spec import StudySpec, parse_duration
 from autotune.study import Objective, TrialPolicy, parse_slo
+from autotune.studyfile import StudySpec, parse_duration
 from autotune.trial import (
     DEV_MODE_ENV,
     MemoryGuard,
@@ -110,7 +110,7 @@ class TuningSetup:
     a context manager). A variant is a new setup: :meth:`with_prior` (the prior built once, its
     space the setup's), :meth:`watching_gpus`, :func:`~autotune.tuning.for_gpus` (a worker's)."""
 
-    choices: StudySpec  # the effective study (autotune.spec)
+    choices: StudySpec  # the effective study (autotune.studyfile)
     engine: Engine
     workload: Workload
     profile: EngineProfile

@@ -31,7 +31,6 @@ import optuna
 from autotune.engine import GpuLease
 from autotune.errors import ConfigError, StorageError
 from autotune.memory import MachineProbe, read_machine_facts
-from autotune.spec import StudySpec
 from autotune.study import (
     BASELINE_ATTR,
     TrialHooks,
@@ -42,6 +41,7 @@ from autotune.study import (
     resolve_storage_url,
     run_study,
 )
+from autotune.studyfile import StudySpec
 from autotune.tuning._fingerprint import (
     check_fingerprint,
     from_jsonable,

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.space import render_values
-from autotune.spec import StudySpec
+from autotune.studyfile import StudySpec
 from autotune.tuning import build_setup
 
 LAUNCHER = "python3 -m vllm.entrypoints.cli.main serve"

@@ -28,8 +28,8 @@ import optuna
 import pytest
 
 from autotune.engine._lease import LEASE_DIR_ENV, lease_holders
-from autotune.spec import StudySpec
 from autotune.study import TrialReport, open_storage, read_record, unmeasured
+from autotune.studyfile import StudySpec
 from autotune.tuning import (
     RUN_ATTR,
     ParallelRun,

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from autotune.spec import StudySpec
 from autotune.study import read_record
+from autotune.studyfile import StudySpec
 from autotune.tuning import (
     RUN_ATTR,
     build_setup,

@@ -15,7 +15,7 @@ from autotune.engine._lease import LEASE_ENV
 from autotune.errors import ConfigError, StudyBusyError
 from autotune.memory import GiB, MemorySampler
 from autotune.space import RenderedConfig
-from autotune.spec import StudySpec
+from autotune.studyfile import StudySpec
 from autotune.tuning import (
     GpuGroup,
     TuningSetup,

@@ -9,8 +9,8 @@ import optuna
 import pytest
 
 from autotune.errors import ConfigError
-from autotune.spec import StudySpec
 from autotune.study import Objective, load_or_create
+from autotune.studyfile import StudySpec
 from autotune.tuning import (
     FINGERPRINT_ATTR,
     GpuGroup,

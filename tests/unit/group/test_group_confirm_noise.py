@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from autotune.spec import load_group_file
 from autotune.study import GroupScore, TrialRecord, TrialStatus
 from autotune.study._record import Figures
+from autotune.studyfile import load_group_file
 from autotune.tiny_model import make_tiny_model
 from autotune.tuning import GroupSetup, GroupTrialResult, build_group
 from autotune.tuning._group_export import _group_verdict

@@ -10,8 +10,8 @@ import optuna
 import pytest
 import yaml
 
-from autotune.spec import load_group_file
 from autotune.study import split_params
+from autotune.studyfile import load_group_file
 from autotune.tiny_model import make_tiny_model
 from autotune.tuning import GroupEvaluator, build_group, confirm_group, export_group
 from tests.conftest import FAKE_LAUNCHER, MARK_ENV, REPO, processes_marked

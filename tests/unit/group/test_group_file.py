@@ -8,7 +8,7 @@ import pytest
 
 from autotune.cli import main
 from autotune.errors import ConfigError
-from autotune.spec import load_group_file, load_study_file, parse_bytes
+from autotune.studyfile import load_group_file, load_study_file, parse_bytes
 
 GOOD = """\
 models:

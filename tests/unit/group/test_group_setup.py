@@ -10,8 +10,8 @@ import optuna
 import pytest
 
 from autotune.errors import ConfigError, WorkloadError
-from autotune.spec import GroupFile, load_group_file
 from autotune.study import suggest_member, suggest_split
+from autotune.studyfile import GroupFile, load_group_file
 from autotune.tiny_model import make_tiny_model
 from autotune.tuning import (
     GROUP_FINGERPRINT_ATTR,

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from autotune.spec import load_group_file
 from autotune.study import TrialRecord, TrialStatus
+from autotune.studyfile import load_group_file
 from autotune.tiny_model import make_tiny_model
 from autotune.tuning import GroupEvaluator, build_group
 from tests.conftest import FAKE_LAUNCHER

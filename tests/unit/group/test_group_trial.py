@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from autotune.spec import load_group_file
 from autotune.study import TrialStatus
+from autotune.studyfile import load_group_file
 from autotune.tiny_model import make_tiny_model
 from autotune.tuning import GroupEvaluator, build_group
 from tests.conftest import FAKE_LAUNCHER, MARK_ENV, REPO, processes_marked

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from autotune.nightly import bound_night_replay
-from autotune.spec import load_study_file, parse_duration, resolve_spec
+from autotune.studyfile import load_study_file, parse_duration, resolve_spec
 from autotune.workload import load_traffic, write_jsonl
 from tests.conftest import REPO
 

@@ -9,8 +9,8 @@ from typing import Any
 
 import optuna
 
-from autotune.spec import load_group_file
 from autotune.study import Figures, GroupScore, ModelOutcome, TrialRecord, TrialStatus, group_score
+from autotune.studyfile import load_group_file
 from autotune.tiny_model import make_tiny_model
 from autotune.tuning import build_group, check_group_fingerprint, run_group_study
 from autotune.tuning._group_trial import GroupTrialResult

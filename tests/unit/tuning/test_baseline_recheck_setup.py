@@ -6,7 +6,7 @@ import dataclasses
 import json
 from pathlib import Path
 
-from autotune.spec import StudySpec
+from autotune.studyfile import StudySpec
 from autotune.tuning import build_setup, plan_baseline, recheck_baseline
 from tests.unit.conftest import FakeProbe
 

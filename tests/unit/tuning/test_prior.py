@@ -15,8 +15,8 @@ import pytest
 from autotune.bench import ArrivalSpec
 from autotune.memory import GiB
 from autotune.space import SearchSpace, load_search_space
-from autotune.spec import StudySpec
 from autotune.study import TrialRecord, TrialStatus, write_record
+from autotune.studyfile import StudySpec
 from autotune.trial import MemoryGuard
 from autotune.tuning import build_setup
 from autotune.tuning._prior import build_prior, lru_hit_share

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from autotune.engine import VLLM, InstalledEngine
-from autotune.spec import StudySpec
+from autotune.studyfile import StudySpec
 from autotune.tuning import TrialScope, build_setup
 
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import optuna
 
-from autotune.spec import StudySpec
 from autotune.study import Objective, load_or_create
+from autotune.studyfile import StudySpec
 from autotune.tuning import (
     FINGERPRINT_ATTR,
     build_setup,

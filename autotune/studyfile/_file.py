@@ -24,7 +24,7 @@ from pydantic import ValidationError
 
 from autotune.errors import ConfigError
 from autotune.space import merge_flag_items
-from autotune.spec._model import COMMANDS, StudySpec
+from autotune.studyfile._model import COMMANDS, StudySpec
 
 __all__ = [
     "GROUP_KEYS",
@@ -40,7 +40,7 @@ __all__ = [
     "study_record",
 ]
 
-GROUP_KEYS = ("models", "share")  # the keys of a study of several models (autotune.spec._group)
+GROUP_KEYS = ("models", "share")  # the keys of a study of several models (autotune.studyfile._group)
 
 
 def field_meta(name: str) -> dict[str, Any]:

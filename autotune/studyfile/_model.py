@@ -1,6 +1,6 @@
 """The study file's model: every option of ``run``, ``worker``, ``nightly`` and ``compare``, declared
 once with its type, default and help. The command-line options are generated from these fields
-(:mod:`autotune.cli._study_options`); a study file (:func:`~autotune.spec.load_study_file`) sets the
+(:mod:`autotune.cli._study_options`); a study file (:func:`~autotune.studyfile.load_study_file`) sets the
 same keys; a flag overrides the file.
 
 Each field's ``json_schema_extra`` says where it applies:
@@ -21,7 +21,7 @@ from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from autotune.spec._duration import parse_duration
+from autotune.studyfile._duration import parse_duration
 
 __all__ = ["COMMANDS", "EXPORT_FORMATS", "ExportFormat", "StudySpec"]
 

@@ -9,8 +9,8 @@ from typing import Any
 
 import yaml
 
-from autotune.spec._file import field_meta
-from autotune.spec._model import StudySpec
+from autotune.studyfile._file import field_meta
+from autotune.studyfile._model import StudySpec
 
 __all__ = ["commented_study_file"]
 

@@ -4,7 +4,7 @@
 ``group_objective:`` folds the models' figures into the group's one number: ``pareto`` (the
 default), ``worst`` or ``weighted_sum`` (:mod:`autotune.study._group_objective`).
 
-Every other key of the file is a study key (:class:`~autotune.spec.StudySpec`) that applies to each
+Every other key of the file is a study key (:class:`~autotune.studyfile.StudySpec`) that applies to each
 model; a model's own ``model``, ``workload``, ``engine_args``, ``slo`` and ``space`` are set under its
 entry. Each model's effective study is :meth:`GroupFile.member_file` resolved as one engine's is.
 """
@@ -21,8 +21,8 @@ import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 
 from autotune.errors import ConfigError
-from autotune.spec._file import StudyFile, key_lines, read_yaml_mapping, study_file_from
-from autotune.spec._model import slo_items
+from autotune.studyfile._file import StudyFile, key_lines, read_yaml_mapping, study_file_from
+from autotune.studyfile._model import slo_items
 
 __all__ = [
     "GROUP_MODES",

@@ -9,7 +9,7 @@ import typer
 
 from autotune.cli import app
 from autotune.errors import ConfigError
-from autotune.spec import (
+from autotune.studyfile import (
     COMMANDS,
     StudySpec,
     commented_study_file,

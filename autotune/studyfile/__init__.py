@@ -5,8 +5,8 @@
 
 from __future__ import annotations
 
-from autotune.spec._duration import parse_duration
-from autotune.spec._file import (
+from autotune.studyfile._duration import parse_duration
+from autotune.studyfile._file import (
     field_meta,
     fields_for,
     load_study_file,
@@ -14,9 +14,9 @@ from autotune.spec._file import (
     spec_fingerprint,
     study_record,
 )
-from autotune.spec._group import GROUP_MODES, GroupFile, GroupMode, load_group_file, parse_bytes
-from autotune.spec._model import COMMANDS, EXPORT_FORMATS, ExportFormat, StudySpec
-from autotune.spec._render import commented_study_file
+from autotune.studyfile._group import GROUP_MODES, GroupFile, GroupMode, load_group_file, parse_bytes
+from autotune.studyfile._model import COMMANDS, EXPORT_FORMATS, ExportFormat, StudySpec
+from autotune.studyfile._render import commented_study_file
 
 __all__ = [
     "COMMANDS",
