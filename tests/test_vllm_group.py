@@ -41,7 +41,7 @@ def test_a_parametrized_or_module_marked_node_id_is_read_through_its_function() 
         "tests/e2e/test_nightly.py::test_run_then_nights_promote_keep_roll_back_and_measure_the_restored_file_on_the_cpu_build"
     )
     assert starts_vllm(
-        "tests/integration/test_workers_vllm.py::test_two_workers_on_real_vllm_share_one_study"
+        "tests/integration/test_capacity_study_vllm.py::test_a_capacity_study_on_real_vllm_exports_a_capacity_above_the_starved_baseline"
     )
     assert not starts_vllm("tests/e2e/test_nightly.py::test_the_night_respects_its_budget")
     assert starts_vllm(  # the module's pytestmark, a parametrized id

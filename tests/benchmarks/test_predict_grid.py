@@ -44,27 +44,3 @@ def test_dry_run_reports_the_done_when_and_saves_a_calibration(tmp_path: Path) -
     )  # fmt: skip
     assert pred.returncode == 0, pred.stderr[-2000:]
     assert "PREDICTED, not measured" in pred.stdout and "11 measured errors" in pred.stdout
-
-
-@pytest.mark.timeout(400)
-def test_quick_measures_the_grid_on_the_fake_server_through_the_studys_evaluator(tmp_path: Path) -> None:
-    out = tmp_path / "pg.json"
-    proc = subprocess.run(
-        [sys.executable, str(REPO / "benchmarks" / "predict_grid.py"), "--quick", "--json-out", str(out),
-         "--work-dir", str(tmp_path / "work")],
-        cwd=REPO, capture_output=True, text=True, timeout=380,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    r = json.loads(out.read_text())
-
-    assert r["quick"] is True and len(r["rows"]) == 12
-    measured = [row["measured"] for row in r["rows"]]
-    assert all(
-        m and m["ok"] == m["requests"] > 0 and m["ttft_p90_ms"] > 0 and m["kv_tokens"] for m in measured
-    )
-    # the KV pool reaches the engine: the 128 MiB configurations hold more tokens than the 20 MiB ones
-    kv = {row["values"]["kv_cache_memory_bytes"]: row["measured"]["kv_tokens"] for row in r["rows"]}
-    assert kv[128] > kv[32] > kv[20]
-    cal = json.loads(Path(r["calibration"]).read_text())
-    assert cal["engine"] == "fake server (tests/fakes)" and len(cal["errors"]) == 11
-    assert cal["defaults"]["kv_tokens"] == kv[20]

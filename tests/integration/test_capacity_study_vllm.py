@@ -37,6 +37,7 @@ _LINE = re.compile(
 )
 
 
+@pytest.mark.timeout(900)  # 7 engine starts, each a bracket: 363 s alone, past 600 beside CI's other engine
 def test_a_capacity_study_on_real_vllm_exports_a_capacity_above_the_starved_baseline(
     tmp_path: Path, mark: str
 ) -> None:
