@@ -18,7 +18,7 @@ from autotune.cli._group import run_group
 from autotune.cli._open import enqueue_prior, open_and_announce
 from autotune.cli._render import FORMATS_ATTR, fmt_params, fmt_value, study_table, trial_line
 from autotune.cli._study_options import study_command
-from autotune.engine import startup_warnings
+from autotune.engine import startup_warnings, terminated
 from autotune.errors import EXIT_NO_BASELINE
 from autotune.study import (
     TrialHooks,
@@ -181,6 +181,8 @@ def _run_trials(
     def on_done(rep: TrialReport) -> None:
         done["n"] += 1
         say_trial(rep, setup.objective.metric)
+        if terminated():  # a SIGTERM whose unwinding was swallowed where it landed: stop here, as Ctrl-C
+            raise KeyboardInterrupt
 
     policy = setup.policy(TrialScope(evaluator.log_dir))
     run_study(st, policy, evaluator, n_trials, TrialHooks(on_start=on_start, on_done=on_done), timeout)

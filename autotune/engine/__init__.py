@@ -21,7 +21,7 @@ from autotune.engine._profiles import (
     select_profile,
     supported_knobs,
 )
-from autotune.engine._reaper import install_signal_handlers, stop_all
+from autotune.engine._reaper import install_signal_handlers, stop_all, terminated
 from autotune.engine._rundir import clean_leftover_engines
 from autotune.engine._seam import ArgChecker, Engine
 from autotune.engine._shm import CleanReport, clean_stale_shm
@@ -62,4 +62,5 @@ __all__ = [
     "startup_warnings",
     "stop_all",
     "supported_knobs",
+    "terminated",
 ]

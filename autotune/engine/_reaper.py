@@ -49,6 +49,16 @@ def stop_all() -> None:
 atexit.register(stop_all)
 
 
+_terminated: list[int] = []  # the SIGTERM/SIGHUP received (empty: none)
+
+
+def terminated() -> bool:
+    """Has a SIGTERM or SIGHUP arrived? The unwinding it starts can be swallowed where it lands (a
+    KeyboardInterrupt raised inside a weakref callback is only printed), so a loop asks this between
+    its steps and stops there."""
+    return bool(_terminated)
+
+
 def _on_terminate(signum: int, frame: FrameType | None) -> None:
     """Stop the engines, then unwind exactly as Ctrl-C would.
 
@@ -57,6 +67,7 @@ def _on_terminate(signum: int, frame: FrameType | None) -> None:
     raised here could land inside httpcore's shielded close and surface as a RuntimeError instead);
     elsewhere it is Python's default, which raises KeyboardInterrupt.
     """
+    _terminated.append(signum)
     with _lock:
         live = len(_live)
     if live:  # a command that started none (capture, bench) has none to stop, and says nothing of them
