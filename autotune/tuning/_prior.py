@@ -85,6 +85,15 @@ class Prior:
             self._hits[key] = lru_hit_share(self.chains(block_size), capacity_tokens)
         return self._hits[key]
 
+    def pool_tokens(self, gib: float, values: Mapping[str, Any]) -> int:
+        """Tokens a host pool of ``gib`` holds at this configuration's KV dtype (fp8 halves a token)."""
+        setup = self._setup
+        assert setup is not None and setup.guard is not None
+        per_token = setup.guard.kv_bytes_per_token(
+            setup.engine_argv(render_values(self.space, dict(values)).args)
+        )
+        return int(gib * GiB / per_token) if per_token else 0
+
     def _with_fixed(self, values: Mapping[str, Any]) -> dict[str, Any]:
         """A configuration with the values the user fixed (a fixed pool, prefix caching fixed off)."""
         return {**self.space.fixed_values, **values}

@@ -6,17 +6,27 @@ offload measured once as a check."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from autotune.space import Parameter, SearchSpace, render_values
-
-if TYPE_CHECKING:
-    from autotune.tuning._prior import Prior
+from autotune.space import Parameter, SearchSpace
 
 __all__ = ["GAIN", "GiB", "offload_plan"]
 
 GAIN = 0.02  # a pool (or a block size) must add this share of prompt tokens to count
 GiB = 2**30
+
+
+class Prior(Protocol):
+    """What the plan reads and writes of the prior (:class:`autotune.tuning._prior.Prior`)."""
+
+    space: SearchSpace
+    candidates: list[dict[str, Any]]
+    lines: list[str]
+    offload_helps: bool | None
+
+    def hit_share(self, block_size: int, capacity_tokens: int) -> float: ...
+
+    def pool_tokens(self, gib: float, values: Mapping[str, Any]) -> int: ...
 
 
 def offload_plan(
@@ -32,9 +42,9 @@ def offload_plan(
     sizes = sorted(float(c) for c in pool.grid() if float(c or 0) > 0)
     if not sizes:
         return space
-    per_pool = [(s, prior.hit_share(block, max(gpu, _pool_tokens(prior, s, best)))) for s in sizes]
+    per_pool = [(s, prior.hit_share(block, max(gpu, prior.pool_tokens(s, best)))) for s in sizes]
     top = max(h for _, h in per_pool)
-    holding = next((s for s in sizes if _pool_tokens(prior, s, best) >= working_tokens), sizes[-1])
+    holding = next((s for s in sizes if prior.pool_tokens(s, best) >= working_tokens), sizes[-1])
     if top - hit >= GAIN:
         prior.offload_helps = True
         chosen = next(s for s, h in per_pool if h >= top - GAIN / 4)
@@ -68,13 +78,3 @@ def _as_choice(p: Parameter, value: float) -> Any:
         if float(c or 0) == value:
             return c
     return value
-
-
-def _pool_tokens(prior: Prior, gib: float, values: Mapping[str, Any]) -> int:
-    """Tokens a host pool of ``gib`` holds at this configuration's KV dtype (fp8 halves a token)."""
-    setup = prior._setup
-    assert setup is not None and setup.guard is not None
-    per_token = setup.guard.kv_bytes_per_token(
-        setup.engine_argv(render_values(prior.space, dict(values)).args)
-    )
-    return int(gib * GiB / per_token) if per_token else 0
