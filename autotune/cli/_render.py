@@ -60,13 +60,29 @@ def trial_line(rep: TrialReport, metric: str) -> str:
     head = f"  trial #{rep.number} {rec.status.value}"
     if rec.duplicate_of is not None:
         head += f" (same config as #{rec.duplicate_of}: measurement reused)"
-    body = _measured(rep, metric) if rec.ok else _why_not(rec)
+    body = (_measured(rep, metric) if rec.ok else _why_not(rec)) + forecast_note(rec, metric)
     best = (
         f" | best so far: #{rep.best_number} {fmt_value(metric, rep.best_value)}"
         if rep.best_number is not None
         else " | no feasible trial yet"
     )
     return head + ": " + body + best
+
+
+def forecast_note(rec: TrialRecord, metric: str) -> str:
+    """The latency model's prediction beside the measurement (``--predict``): `` | predicted 41.2 ms
+    [30.1-52.3], measured +8%``; a vetoed trial's reason holds its numbers already."""
+    fc = rec.forecast
+    if not fc or fc.get("verdict") == "veto" or "predicted_ms" not in fc:
+        return ""
+    lo, hi = fc.get("interval_ms") or (math.nan, math.nan)
+    out = f" | predicted {fc['predicted_ms']:.1f} ms [{lo:.1f}-{hi:.1f}]"
+    measured = rec.metric(metric) if rec.ok else None
+    if measured is not None and fc["predicted_ms"] > 0:
+        out += f", measured {measured / fc['predicted_ms'] - 1:+.0%}"
+    if fc.get("verdict") == "audit":
+        out += " (audit: predicted worse than the best, started anyway)"
+    return out
 
 
 def _why_not(rec: TrialRecord) -> str:

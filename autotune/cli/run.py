@@ -46,6 +46,7 @@ from autotune.tuning import (
     check_fingerprint,
     check_study_name,
     effective_fingerprint,
+    forecast_summary,
     plan_baseline,
     plan_groups,
     run_parallel,
@@ -76,7 +77,12 @@ def run(spec: StudySpec) -> None:
         # cleanly at the end, so the next holder does not take this run for dead
         with StudyLock(spec.storage, name, spec.studies_dir), contextlib.ExitStack() as leases:
             st, sdir = open_and_announce(setup, name, spec.storage, spec.studies_dir, spec.seed, plan)
-            enqueue_prior(setup, st)  # after the baseline (a night's picks follow its incumbent)
+            if spec.predict:  # the latency model enqueues its own picks once the baseline is measured
+                console.print(
+                    "prior: its candidates are left to the latency model's picks (--predict)", style="dim"
+                )
+            else:
+                enqueue_prior(setup, st)  # after the baseline (a night's picks follow its incumbent)
             for diff in check_fingerprint(st, setup, refuse=False):  # recorded for `autotune worker --study`
                 console.print(f"this run differs from the study's: {diff}", style="yellow", markup=False)
             if note := space_change_note(st, setup):
@@ -141,8 +147,26 @@ def _report_and_export(st: optuna.Study, setup: TuningSetup, evaluator: VllmEval
         )
         if best_feasible(st) is None:
             raise typer.Exit(EXIT_NO_BASELINE)  # nothing measured to export, not even a reference
+    if spec.predict:
+        _say_forecast(st, setup, sdir)
     target = spec.out or sdir / "best.yaml"
     _confirm_and_export(st, setup, evaluator, spec.confirm_rounds, spec.min_improvement, target)
+
+
+def _say_forecast(st: optuna.Study, setup: TuningSetup, sdir: Path) -> None:
+    """The latency model's ledger, vetoes and audits; its calibration saved for `autotune predict`."""
+    for line in forecast_summary(st):
+        console.print(line, markup=False, soft_wrap=True)
+    forecast = setup.forecast()
+    if forecast is None or forecast.refresh(st) is None:
+        return
+    cal = forecast.calibration(setup.engine_label, str(setup.space_path))
+    if cal is not None:
+        path = sdir / "calibration.json"
+        cal.save(path)
+        console.print(
+            f"calibration: {path} (autotune predict --calibration {path})", markup=False, soft_wrap=True
+        )
 
 
 def say_trial(rep: TrialReport, metric: str) -> None:

@@ -115,6 +115,14 @@ def _header(study: optuna.Study, best: optuna.trial.FrozenTrial, rec: TrialRecor
         )
     if rec.saturated and rec.figures is not None:
         lines.append(f"WARNING: {rec.figures.saturation_note}")
+    fc = rec.forecast
+    if fc.get("predicted_ms") is not None and fc.get("verdict") != "veto" and best.value is not None:
+        lo, hi = fc.get("interval_ms") or (float("nan"), float("nan"))
+        lines.append(
+            f"predicted before its start (latency model): {fc.get('metric', metric)} {fc['predicted_ms']:.1f} ms "
+            f"[{lo:.1f}-{hi:.1f}]; measured {figure_text(best.value, metric)} "
+            f"({best.value / fc['predicted_ms'] - 1:+.0%})"
+        )
     return lines
 
 

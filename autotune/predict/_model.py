@@ -18,9 +18,13 @@ import numpy as np
 from autotune.predict._costs import EngineCosts, Replay, RequestTimes, fit_costs
 from autotune.predict._kv import Chains, KvCache, chains_of, replayed_hits
 from autotune.predict._ledger import Interval, Ledger, interval_for
+from autotune.predict._refine import RefitRun, refine_costs
 from autotune.predict._simulate import EngineLimits, simulate
 
 __all__ = ["Candidate", "LatencyModel", "MeasuredTrial", "Prediction", "WorkloadShape"]
+
+REFIT_TRIALS = 12  # the refinement simulates the baseline and the latest trials measured
+REFIT_PASSES = 2  # and the first passes of each
 
 
 @dataclass(frozen=True)
@@ -130,7 +134,8 @@ class LatencyModel:
     def fit(self, measured: Sequence[MeasuredTrial]) -> EngineCosts:
         """Refit the costs on every trial measured so far; each request's cache hits are its own
         configuration's cache replayed over the measured run (requests holding their blocks from
-        send to last token)."""
+        send to last token). The linear fit is then refined through the simulation of the measured
+        replays (:func:`~autotune.predict._refine.refine_costs`)."""
         if not measured:
             raise ValueError("no measured trial to fit the model on")
         replays = []
@@ -138,7 +143,18 @@ class LatencyModel:
             for t in m.passes:  # each pass starts from an emptied cache
                 hits = replayed_hits(self.cache(m.candidate), t.sent, t.sent + t.latency)
                 replays.append(Replay(t, hits, m.candidate.batched_tokens))
-        self.costs = fit_costs(replays)
+        runs = [
+            RefitRun(
+                np.where(np.isfinite(t.sent), t.sent, self.shape.arrivals),
+                self.shape.outputs,
+                lambda c=m.candidate: self.cache(c),  # type: ignore[misc]
+                m.candidate.limits,
+                t.ttft,
+            )
+            for m in [*measured[:1], *measured[1:][-(REFIT_TRIALS - 1) :]]
+            for t in m.passes[:REFIT_PASSES]
+        ]
+        self.costs = refine_costs(fit_costs(replays), runs)
         self.fitted_on = len(measured)
         return self.costs
 

@@ -31,6 +31,7 @@ from autotune.study._policy import TrialPolicy
 from autotune.study._pruner import IncumbentPruner
 from autotune.study._record import (
     BASELINE_ATTR,
+    FORECAST_ATTR,
     GROUP_FINGERPRINT_ATTR,
     Evaluator,
     Figures,
@@ -53,6 +54,7 @@ from autotune.study._trust import COST_FIGURES, choose_export, export_costs
 __all__ = [
     "BASELINE_ATTR",
     "COST_FIGURES",
+    "FORECAST_ATTR",
     "GROUP_FINGERPRINT_ATTR",
     "REFERENCE_ATTR",
     "STORAGE_ENV",

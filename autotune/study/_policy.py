@@ -35,7 +35,9 @@ class TrialPolicy:
     runnable reference when they no longer fit; ``journal``: keeps a measurement until the storage
     has it; ``before_replay``: called (it may block) once a trial's engine is up; ``trial_attrs``:
     stored on every trial run now (a night's number); ``baseline_elsewhere``: another live worker
-    may be measuring the baseline; ``overlap``: start the next engine while one replays."""
+    may be measuring the baseline; ``overlap``: start the next engine while one replays;
+    ``after_trial``: told of every finished trial, before the caller hears of it (the latency model
+    refits and enqueues its picks)."""
 
     space: SearchSpace
     objective: Objective
@@ -48,6 +50,7 @@ class TrialPolicy:
     trial_attrs: Mapping[str, Any] = field(default_factory=dict)
     baseline_elsewhere: bool = False
     overlap: bool = False
+    after_trial: Callable[[optuna.Study, optuna.trial.FrozenTrial], None] | None = None
 
     def measure(self, study: optuna.Study, evaluator: Evaluator) -> TrialMeasure:
         """How each trial of ``study`` is measured by ``evaluator`` under this policy (the space as

@@ -25,6 +25,7 @@ from autotune.space import RenderedConfig
 __all__ = [
     "BASELINE_ATTR",
     "CONSTRAINTS_KEY",
+    "FORECAST_ATTR",
     "RECORD_VERSION",
     "Evaluator",
     "Figures",
@@ -40,6 +41,9 @@ __all__ = [
 
 RECORD_VERSION = 3  # 3: passes, notes, predicted; status pruned
 BASELINE_ATTR = "baseline"
+# the latency model's prediction, stored on the trial before it starts (``autotune.tuning``'s forecast
+# gate); the record reads it, never writes it
+FORECAST_ATTR = "forecast"
 GROUP_FINGERPRINT_ATTR = "group_fingerprint"  # study attr: what a group study measures, hashed
 
 
@@ -153,6 +157,7 @@ class TrialRecord:
     passes: tuple[Mapping[str, Any], ...] = ()  # each replay on the started engine: its key figures
     notes: tuple[str, ...] = ()  # caveats about the measurement (behind schedule, cache reset leaked)
     predicted: Mapping[str, Any] = field(default_factory=dict)  # the prior's prediction (hit rates)
+    forecast: Mapping[str, Any] = field(default_factory=dict)  # the latency model's, before launch
 
     @property
     def ok(self) -> bool:
@@ -287,6 +292,7 @@ class TrialRecord:
             passes=tuple(dict(p) for p in attrs.get("passes") or ()),
             notes=tuple(attrs.get("notes") or ()),
             predicted=dict(attrs.get("predicted") or {}),
+            forecast=dict(attrs.get(FORECAST_ATTR) or {}),
         )
 
 

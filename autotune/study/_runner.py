@@ -79,6 +79,7 @@ class StudyRunner:
     trial_attrs: Mapping[str, Any] = field(default_factory=dict)
     baseline_elsewhere: bool = False
     overlap: bool = False  # start the next trial's engine while the current one replays, when both fit
+    after_trial: Callable[[optuna.Study, optuna.trial.FrozenTrial], None] | None = None
     _more: bool = field(default=False, init=False, repr=False)
     _ahead: Lookahead | None = field(default=None, init=False, repr=False)
 
@@ -184,6 +185,8 @@ class StudyRunner:
     def _after(self, frozen: optuna.trial.FrozenTrial) -> None:
         if self.measure.journal is not None:
             self.measure.journal.discard(frozen.number)  # the storage holds it now
+        if self.after_trial is not None:
+            self.after_trial(self.study, self.study._storage.get_trial(frozen._trial_id))
         if self.hooks.on_done is None:
             return
         best = best_feasible(self.study)
@@ -217,5 +220,6 @@ def run_study(
         dict(policy.trial_attrs),
         policy.baseline_elsewhere,
         policy.overlap,
+        policy.after_trial,
     )
     return runner.run(n_trials, timeout_s)

@@ -209,6 +209,13 @@ class StudySpec(BaseModel):
         True, "Use the workload's prefix reuse and the KV estimate to enqueue informed candidates first and "
         "skip offload where it cannot add hits.", commands=_STUDY,
     )  # fmt: skip
+    predict: bool = _opt(
+        False, "Predict each candidate's TTFT before it starts (a model fitted on this study's measured trials), "
+        "show it next to the measurement, start the model's best picks after the baseline, and skip a candidate "
+        "predicted worse than the best beyond the model's own measured error (after 3 measured errors; the first "
+        "such candidate, and 1 in 5 later, is started anyway as an audit). Objective ttft_p50 or ttft_p90.",
+        commands=_STUDY,
+    )  # fmt: skip
 
     # --- where the study lives -------------------------------------------------------------------
     study: str | None = _opt(

@@ -15,6 +15,7 @@ from autotune.tuning._fingerprint import (
     space_change_note,
     study_fingerprint,
 )
+from autotune.tuning._forecast import StudyForecast, forecast_summary
 from autotune.tuning._gpus import GpuGroup, for_gpus, on_gpus, parse_gpus, plan_groups, record_devices
 from autotune.tuning._group import GroupSetup, build_group
 from autotune.tuning._group_deployed import DEPLOYED_ATTR, deployed_trial, record_deployed
@@ -53,6 +54,7 @@ __all__ = [
     "GroupTrialReport",
     "GroupTrialResult",
     "ParallelRun",
+    "StudyForecast",
     "StudyLock",
     "TrialScope",
     "TuningSetup",
@@ -72,6 +74,7 @@ __all__ = [
     "effective_fingerprint",
     "export_group",
     "for_gpus",
+    "forecast_summary",
     "group_fingerprint",
     "on_gpus",
     "open_study",

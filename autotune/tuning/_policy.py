@@ -12,6 +12,7 @@ from typing import Any
 from autotune.space import SearchSpace
 from autotune.study import IncumbentPruner, Objective, PendingJournal, TrialPolicy, standard_gates
 from autotune.studyfile import StudySpec
+from autotune.tuning._forecast import StudyForecast
 from autotune.tuning._prior import Prior
 
 __all__ = ["TrialScope", "trial_policy"]
@@ -40,13 +41,17 @@ def trial_policy(
     prior: Prior | None,
     choices: StudySpec,
     recheck: Callable[[], Mapping[str, Any] | None],
+    forecast: StudyForecast | None = None,
 ) -> TrialPolicy:
     """The gates (reuse, refused values, the prior's veto), the pruner, the prior's prediction,
     the baseline's re-check (``recheck``), the journal and the overlap setting of a study searching
-    ``space`` (the prior's when built), for ``scope``."""
+    ``space`` (the prior's when built), for ``scope``; with ``forecast`` (``--predict``), the latency
+    model's gate last and its after-trial refit."""
     veto = prior.veto if prior is not None else None
     fresh = dict(scope.fresh) if scope.fresh else None
     gates = standard_gates(reuse_duplicates=fresh is None, veto=veto, scope=fresh)
+    if forecast is not None:
+        gates = (*gates, forecast)
     pruner = IncumbentPruner(metric=objective.metric, scope=fresh) if choices.prune else None
     return TrialPolicy(
         space=space,
@@ -60,4 +65,5 @@ def trial_policy(
         trial_attrs=dict(scope.attrs),
         baseline_elsewhere=scope.baseline_elsewhere,
         overlap=choices.overlap_starts,
+        after_trial=forecast.after_trial if forecast is not None else None,
     )

@@ -46,6 +46,7 @@ from autotune.trial import (
     clip_space,
     parse_passes,
 )
+from autotune.tuning._forecast import StudyForecast, check_forecast_objective
 from autotune.tuning._model import check_model
 from autotune.tuning._policy import TrialScope, trial_policy
 from autotune.tuning._prior import Prior, build_prior
@@ -205,8 +206,15 @@ class TuningSetup:
                 "space with no veto (fix: call it on setup.with_prior(), made once where the study's setup is)"
             )
         return trial_policy(
-            scope, self.space, self.objective, self.prior, self.choices, lambda: recheck_baseline(self)
-        )
+            scope, self.space, self.objective, self.prior, self.choices, lambda: recheck_baseline(self),
+            self.forecast(),
+        )  # fmt: skip
+
+    def forecast(self) -> StudyForecast | None:
+        """The latency model of this study's run (``--predict``), else None."""
+        if not self.choices.predict:
+            return None
+        return StudyForecast(self, self.objective.metric, seed=self.choices.seed or 0)
 
     def engine_argv(self, tuned_args: Sequence[str] = ()) -> list[str]:
         """The engine's flags for a configuration (fixed flags, then the tuned ones), port 0."""
@@ -362,6 +370,8 @@ def _build(choices: StudySpec, engine: Engine) -> TuningSetup:
     baseline_flags = engine.install.parse_fixed_args(list(choices.baseline_args))
     space = fix_space(apply_profile(load_search_space(space_path, opt_in=choices.opt_in), profile), fixed)
     slos = dict(parse_slo(s) for s in choices.slo)
+    if choices.predict:
+        check_forecast_objective(choices.objective)
     objective = Objective(
         metric=choices.objective, min_throughput_ratio=choices.min_throughput_ratio, slos_ms=slos
     )
