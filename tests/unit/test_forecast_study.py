@@ -126,7 +126,7 @@ class _SimulatedEngine:
                 status=200,
                 ok=True,
                 slot_wait=0.0,
-            )  # fmt: skip
+            )
             for i in range(n)
         ]
         path = write_request_timings(timings, self.tmp / f"trial-{number}.requests.npz")  # type: ignore[arg-type]
