@@ -214,11 +214,20 @@ def _figure_cells(rec: TrialRecord, metric: str, value: float | None) -> list[st
     f = rec.figures if rec.ok else None
     hit = rec.metrics.prefix_hit_rate if rec.metrics else None
     return [
-        (fmt_value(metric, value) + _passes_note(rec, metric)) if rec.ok else "-",
+        ((fmt_value(metric, value) + _passes_note(rec, metric)) if rec.ok else "-") + _forecast_cell(rec),
         fmt_value("ttft_p50", f.get("ttft_p50")) if f else "-",
         f"{f.output_throughput:.1f}" if f else "-",
         (f"{hit:.0%}" if hit is not None else "-") + _predicted_note(rec),
     ]
+
+
+def _forecast_cell(rec: TrialRecord) -> str:
+    """``\npred 41.2 ms [30-52]``: the latency model's prediction of the objective (``--predict``)."""
+    fc = rec.forecast
+    if "predicted_ms" not in fc:
+        return ""
+    lo, hi = fc.get("interval_ms") or (math.nan, math.nan)
+    return f"\npred {fc['predicted_ms']:.1f} ms [{lo:.0f}-{hi:.0f}]"
 
 
 def group_table(view: GroupView) -> Table:

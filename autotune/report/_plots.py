@@ -27,6 +27,7 @@ __all__ = [
     "objective_figure",
     "params_text",
     "pareto_figure",
+    "predicted_figure",
 ]
 
 log = logging.getLogger(__name__)
@@ -204,6 +205,55 @@ def pareto_figure(facts: StudyFacts) -> go.Figure | str:
         title="Trade-off: p90 TTFT vs output throughput (upper left is better)",
         xaxis_title="TTFT p90 (ms)",
         yaxis_title="output throughput (tok/s)",
+        **_LAYOUT,
+    )
+    return fig
+
+
+def predicted_figure(facts: StudyFacts) -> go.Figure | str:
+    """The latency model's p90 TTFT before each start against the measured one (``--predict``), each
+    prediction's interval as an error bar, and the y = x line: a point on it was predicted exactly."""
+    pts = [
+        (
+            r,
+            float(fc["ttft_p90_ms"]),
+            m,
+            fc.get("p90_interval_ms") or fc.get("interval_ms") or (math.nan, math.nan),
+        )
+        for r in facts.measured
+        if (fc := r.record.forecast).get("ttft_p90_ms") is not None
+        and (m := r.figure("ttft_p90")) is not None
+    ]
+    if not pts:
+        return "no trial was predicted before its start (autotune run --predict)"
+    fig = go.Figure()
+    fig.add_trace(
+        go.Scatter(
+            x=[m for *_, m, _ in pts],
+            y=[p for _, p, _, _ in pts],
+            mode="markers+text",
+            name="trials",
+            text=[r.label() for r, *_ in pts],
+            textposition="top center",
+            marker={"color": _BLUE, "size": 11},
+            error_y={
+                "type": "data",
+                "symmetric": False,
+                "color": _GREY,
+                "array": [iv[1] - p for _, p, _, iv in pts],
+                "arrayminus": [p - iv[0] for _, p, _, iv in pts],
+            },
+            hovertemplate="measured %{x:.1f} ms, predicted %{y:.1f} ms<extra></extra>",
+        )
+    )
+    top = max(max(m, iv[1]) for _, _, m, iv in pts) * 1.05
+    fig.add_trace(
+        go.Scatter(x=[0, top], y=[0, top], mode="lines", name="y = x", line={"color": _GREEN, "dash": "dash"})
+    )
+    fig.update_layout(
+        title="Predicted before the start against measured: p90 TTFT (the interval as a bar)",
+        xaxis_title="measured TTFT p90 (ms)",
+        yaxis_title="predicted TTFT p90 (ms)",
         **_LAYOUT,
     )
     return fig

@@ -21,6 +21,7 @@ from autotune.report._plots import (
     memory_figure,
     objective_figure,
     pareto_figure,
+    predicted_figure,
 )
 from autotune.report._summary import summary_html
 
@@ -119,6 +120,17 @@ def _trial_sections(
             "objective", "Objective over trials", _plot_or_note(objective_figure(facts), "plot-objective")
         ),
         Section("pareto", "TTFT vs throughput", _plot_or_note(pareto_figure(facts), "plot-pareto")),
+        *(
+            [
+                Section(
+                    "predicted",
+                    "Predicted against measured",
+                    _plot_or_note(predicted_figure(facts), "plot-predicted"),
+                )
+            ]
+            if any(r.record.forecast for r in facts.rows)
+            else []
+        ),
         Section(
             "importance",
             "Parameter importance",

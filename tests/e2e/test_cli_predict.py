@@ -36,7 +36,12 @@ def _run(tmp_path: Path, mark: str, *extra: str) -> subprocess.CompletedProcess[
         "--study", "p", "--predict", "--passes", "1", *extra,
     ]  # fmt: skip
     return subprocess.run(
-        [sys.executable, "-m", "autotune", *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", "autotune", *args],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
 
 
@@ -54,7 +59,9 @@ def test_a_study_with_the_model_shows_predicted_next_to_measured(tmp_path: Path)
     cal = tmp_path / "studies" / "p" / "calibration.json"
     assert json.loads(cal.read_text())["costs"]["requests"] > 0
     best = (tmp_path / "studies" / "p" / "best.yaml").read_text()
-    assert ("# predicted before its start (latency model): ttft_p90" in best) or "the baseline was best" in best
+    assert (
+        "# predicted before its start (latency model): ttft_p90" in best
+    ) or "the baseline was best" in best
     assert processes_marked("predict-run") == []
     # autotune predict reads the study's calibration: predicted figures, said to be predicted
     env = {**os.environ, "PYTHONPATH": str(REPO)}
