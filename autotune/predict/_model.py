@@ -25,6 +25,7 @@ __all__ = ["Candidate", "LatencyModel", "MeasuredTrial", "Prediction", "Workload
 
 REFIT_TRIALS = 12  # the refinement simulates the baseline and the latest trials measured
 REFIT_PASSES = 2  # and the first passes of each
+SCALE_LIMITS = (0.8, 1.25)  # the in-sample correction of TTFT p50/p90, at most this far from 1
 
 
 @dataclass(frozen=True)
@@ -116,6 +117,11 @@ class LatencyModel:
     costs: EngineCosts | None = None
     ledger: Ledger = field(default_factory=Ledger)
     fitted_on: int = 0  # trials
+    # measured / simulated TTFT p50 and p90 of the fitted trials themselves (their median): what the
+    # simulation misses on this machine everywhere (the tail's jitter, the HTTP path), applied to
+    # every prediction
+    scale_p50: float = 1.0
+    scale_p90: float = 1.0
     _chains: dict[int, Chains] = field(default_factory=dict)
 
     def cache(self, c: Candidate) -> KvCache:
@@ -156,9 +162,14 @@ class LatencyModel:
         ]
         self.costs = refine_costs(fit_costs(replays), runs)
         self.fitted_on = len(measured)
+        self.scale_p50, self.scale_p90 = 1.0, 1.0
+        own = [(self.predict(m.candidate), m) for m in measured]
+        self.scale_p50 = _median_ratio([(m.median(lambda p: p.ttft_ms(50)), p.ttft_p50_ms) for p, m in own])
+        self.scale_p90 = _median_ratio([(m.ttft_p90_ms(), p.ttft_p90_ms) for p, m in own])
         return self.costs
 
     def predict(self, candidate: Candidate) -> Prediction:
+        """The candidate's figures at the workload's own arrivals."""
         return self.predict_at(candidate, 1.0)
 
     def predict_at(self, candidate: Candidate, load: float) -> Prediction:
@@ -169,19 +180,20 @@ class LatencyModel:
         sim = simulate(self.shape.arrivals / load, self.shape.outputs, cache, self.costs, candidate.limits)
         ttft = sim.ttft * 1000.0
         tpot = sim.tpot[np.isfinite(sim.tpot)] * 1000.0
-        p90 = float(np.percentile(ttft, 90))
+        p90 = float(np.percentile(ttft, 90)) * self.scale_p90
         total = float(cache.chains.prompt.sum()) or 1.0
         gpu, host = float(sim.gpu_hits.sum()) / total, float(sim.host_hits.sum()) / total
         errors = self.ledger.errors
         basis = (
             f"costs fitted on {self.costs.requests} requests of {self.fitted_on} measured trial(s); "
-            f"interval from {len(errors)} measured error(s)"
+            f"interval from {len(errors)} measured error(s); TTFT x{self.scale_p50:.2f} (p50), "
+            f"x{self.scale_p90:.2f} (p90) as the fitted trials measured"
             + ("" if candidate.pool_tokens == 0 or self.costs.host_s_per_token is not None
                else "; host-pool loads not measured yet: counted as free")
         )  # fmt: skip
         return Prediction(
             candidate=candidate,
-            ttft_p50_ms=float(np.percentile(ttft, 50)),
+            ttft_p50_ms=float(np.percentile(ttft, 50)) * self.scale_p50,
             ttft_p90_ms=p90,
             tpot_p50_ms=float(np.median(tpot)) if len(tpot) else float("nan"),
             interval=interval_for(p90, errors),
@@ -219,3 +231,11 @@ class LatencyModel:
         """Candidates by predicted p90 TTFT, best first."""
         out = sorted((self.predict(c) for c in candidates), key=lambda p: p.ttft_p90_ms)
         return out if top is None else out[:top]
+
+
+def _median_ratio(pairs: Sequence[tuple[float, float]]) -> float:
+    """The median of measured / predicted over the pairs with both finite and > 0 (1: none), within
+    :data:`SCALE_LIMITS`: a correction of the tail, never a replacement of the costs."""
+    ratios = [m / p for m, p in pairs if np.isfinite(m) and np.isfinite(p) and m > 0 and p > 0]
+    lo, hi = SCALE_LIMITS
+    return float(np.clip(np.median(ratios), lo, hi)) if ratios else 1.0

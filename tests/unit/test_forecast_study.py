@@ -53,12 +53,12 @@ BASE_ARGS = ("--kv-cache-memory-bytes=20M",)
 
 
 def _workload(path: Path) -> Path:
-    """Four shared documents of 1,500 words, 40 questions on them arriving 50 ms apart."""
-    docs = [" ".join(f"d{d}w{i}" for i in range(1500)) for d in range(4)]
+    """Four shared documents of 600 to 1,500 words, 40 questions on them arriving 100 ms apart."""
+    docs = [" ".join(f"d{d}w{i}" for i in range(600 + 300 * d)) for d in range(4)]
     with path.open("w") as f:
         for i in range(40):
             prompt = docs[i % 4] + f" question {i}"
-            f.write(json.dumps({"prompt": prompt, "max_tokens": 8, "timestamp": i * 0.05}) + "\n")
+            f.write(json.dumps({"prompt": prompt, "max_tokens": 8, "timestamp": i * 0.1}) + "\n")
     return path
 
 
