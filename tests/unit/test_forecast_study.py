@@ -197,9 +197,13 @@ def test_an_exact_model_predicts_vetoes_and_audits(inputs: _Inputs, tmp_path: Pa
     assert any(v == "audit" for v in verdicts.values()), lines
     assert any("the veto would have been right" in line for line in lines), lines
     assert STOPPED_ATTR not in study.user_attrs
-    # the grid's best (the most KV with caching on) is among the model's three picks
+    # the grid's best (KV for the documents, caching on) is among the model's three picks
     best = min((t for t in trials if t.value is not None), key=lambda t: t.value)
-    assert best.number <= 3 and best.params["kv_cache_memory_bytes"] == 128
+    assert (
+        best.number <= 3
+        and best.params["kv_cache_memory_bytes"] >= 32
+        and best.params["enable_prefix_caching"]
+    )
 
 
 def test_a_wrong_model_is_caught_by_the_audit(inputs: _Inputs, tmp_path: Path) -> None:
