@@ -297,6 +297,8 @@ _NOT_FOR_A_GROUP: dict[str, tuple[object, str]] = {
     "timeout": (None, "not built for a group study yet: bound it with --n-trials (fix: drop --timeout)"),
     "accept_reference": (False, "the baseline group is each model's fixed flags at the baseline split, never a "
                          "reference (fix: drop --accept-reference)"),
+    "predict": (False, "the latency model predicts one engine, not engines sharing a GPU, yet (fix: drop "
+                "--predict)"),
 }  # fmt: skip
 
 
