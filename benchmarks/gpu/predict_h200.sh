@@ -8,11 +8,16 @@
 # refitted. Reports per configuration the measured and predicted p90 TTFT, the interval, the ledger
 # (mean absolute error, coverage) and the calibration file.
 #
-# Not yet: the starts a study saves with the model on (the veto is not in the study loop yet).
+# STEP=study (a second call, about 560 s): the same setting as a study of the long space
+# (space_h200_long.yaml, objective p90 TTFT) with `--predict` (the model's picks after the baseline, its
+# veto and audit, the ledger) for N_WITH trials (default 4), then, when time is left, the same study
+# without it (--no-predict, the prior's candidates and TPE) for N_WITHOUT trials (default 4): each
+# run's trial lines, its ledger and the engine starts each took (`autotune show`).
 #
 # On this machine first: ../shared/gpu/prepare.sh && bash benchmarks/gpu/prepare_pins.sh
-# Install as capacity_h200.sh says (calls 1-3), then in one call (about 450 s):
-#   bash benchmarks/gpu/predict_h200.sh
+# Install as capacity_h200.sh says (calls 1-3), then one call each (about 450 and 560 s):
+#   bash benchmarks/gpu/predict_h200.sh            # the grid (predict_grid.py)
+#   STEP=study bash benchmarks/gpu/predict_h200.sh  # a study with --predict, then without
 set -uo pipefail
 source .gpu/s/env.sh
 export PYTHONPATH=$PWD:${PYTHONPATH:-} PYTHONUNBUFFERED=1
@@ -21,6 +26,26 @@ mkdir -p "$OUT"
 TOTAL=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
 SHARE=${SHARE:-$(python3 -c "print(round(0.15 * 143771 / $TOTAL, 4))")}
 echo "share $SHARE: $(nvidia-smi --query-gpu=index,name,memory.used,memory.total --format=csv,noheader)" | tee "$OUT/gpu-predict.txt"
+if [ "${STEP:-grid}" = study ]; then
+  R=${R:-/root/pstudy}
+  L="python3 -m vllm.entrypoints.cli.main serve"
+  for arm in with without; do
+    n=$([ $arm = with ] && echo "${N_WITH:-4}" || echo "${N_WITHOUT:-4}")
+    flag=$([ $arm = with ] && echo --predict || echo --no-predict)
+    t0=$(date +%s)
+    timeout -s INT "${T:-270}" python3 -m autotune run --workload benchmarks/gpu/rag_long.jsonl --model /root/m8b \
+      --space benchmarks/gpu/space_h200_long.yaml --launcher "$L" --engine-arg=--load-format=dummy \
+      --engine-arg=--max-model-len=8192 --engine-arg=--gpu-memory-utilization=$SHARE --profile cuda-native \
+      --objective ttft_p90 --n-trials "$n" --confirm-rounds 0 --startup-timeout 400 $flag \
+      --study "$arm" --studies-dir "$R" --out "$OUT/$arm.yaml" > "$OUT/study-$arm.stdout" 2> "$OUT/study-$arm.stderr"
+    echo "study $arm: exit $? after $(( $(date +%s) - t0 )) s" | tee -a "$OUT/gpu-predict.txt"
+    python3 -m autotune show --study "$arm" --studies-dir "$R" > "$OUT/show-$arm.txt" 2>&1
+    grep -E "^  trial #|^ledger|^veto|^audit" "$OUT/study-$arm.stderr"
+  done
+  echo "GPU after: $(nvidia-smi --query-gpu=index,name,memory.used,memory.total --format=csv,noheader)" | tee -a "$OUT/gpu-predict.txt"
+  echo "vllm processes left: $(pgrep -fc 'vllm.entrypoints.openai|vllm.entrypoints.cli' || true)" | tee -a "$OUT/gpu-predict.txt"
+  exit 0
+fi
 t0=$(date +%s)
 timeout -s INT "${T:-540}" python3 benchmarks/predict_grid.py -v --model /root/m8b \
   --workload benchmarks/gpu/rag_long.jsonl --space benchmarks/gpu/space_h200_predict.yaml \
