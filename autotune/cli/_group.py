@@ -13,7 +13,7 @@ import typer
 from autotune.cli._console import out
 from autotune.cli._render import fmt_params
 from autotune.errors import EXIT_NO_BASELINE
-from autotune.study import resolve_storage_url
+from autotune.study import resolve_storage_url, study_sampler
 from autotune.studyfile import GroupFile, StudySpec, resolve_spec
 from autotune.tuning import (
     GroupEvaluator,
@@ -142,7 +142,7 @@ def open_group_study(common: StudySpec, name: str) -> tuple[optuna.Study, Path, 
         study_name=name,
         storage=url,
         direction="minimize",
-        sampler=optuna.samplers.TPESampler(seed=common.seed),
+        sampler=study_sampler(common.seed),  # the single engine's: one sampler for every study
         load_if_exists=True,
     )
     return study, sdir, url

@@ -11,6 +11,7 @@ from autotune.study._baseline import (
     ensure_baseline,
     load_or_create,
     render_reference,
+    study_sampler,
 )
 from autotune.study._best import best_feasible, completed_trials, in_scope, unmeasured
 from autotune.study._gates import GateVerdict, standard_gates
@@ -107,6 +108,7 @@ __all__ = [
     "split_params",
     "standard_gates",
     "store_constraints",
+    "study_sampler",
     "suggest_member",
     "suggest_split",
     "suggest_values",

@@ -28,6 +28,7 @@ __all__ = [
     "ensure_baseline",
     "load_or_create",
     "render_reference",
+    "study_sampler",
 ]
 
 REFERENCE_ATTR = "reference_params"  # study attr: the baseline's params when it is not the defaults
@@ -91,9 +92,15 @@ def ensure_baseline(
     return True
 
 
+def study_sampler(seed: int | None) -> optuna.samplers.BaseSampler:
+    """Every study's sampler, one engine or a group: TPE, 4 random trials first (a vLLM start is dear),
+    then the parameters' joint distribution (multivariate)."""
+    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=4, multivariate=True)
+
+
 def load_or_create(storage_url: str, study_name: str, objective: Objective, seed: int | None) -> optuna.Study:
     storage = open_storage(storage_url)
-    sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=4, multivariate=True)
+    sampler = study_sampler(seed)
     try:
         try:  # the creator enqueues the baseline first, ahead of anything a caller enqueues
             study = optuna.create_study(
