@@ -292,6 +292,10 @@ class StudyForecast:
             t.system_attrs.get("fixed_params", {})
             for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
         ]
+        base = baseline_trial(study)
+        # a point that launches what the baseline launched (its values spelled out) is measured already
+        same_as_base = self._sizing_key(self._values(study, base)) if base is not None else None
+        points = [p for p in points if self._sizing_key(p) != same_as_base]
         ranked = sorted(
             ((self._value(model.predict(self.candidate(p))), i, p) for i, p in enumerate(points)),
             key=lambda x: (x[0], x[1]),
@@ -301,6 +305,11 @@ class StudyForecast:
             study.enqueue_trial(p, user_attrs={"informed": True, "forecast_pick": True})
         if picks:
             log.info("latency model: %d pick(s) enqueued after the baseline", len(picks))
+
+    def _sizing_key(self, values: Mapping[str, Any]) -> tuple[Any, ...]:
+        """What the model tells configurations apart by (its candidate less the label)."""
+        c = self.candidate(values)
+        return (c.gpu_kv_tokens, c.block_size, c.batched_tokens, c.max_seqs, c.pool_tokens, c.caching)
 
     def _value(self, pred: Prediction) -> float:
         pred = self.distort(pred) if self.distort is not None else pred
