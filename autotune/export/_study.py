@@ -146,7 +146,7 @@ def capacity_lines(study: optuna.Study, best: optuna.trial.FrozenTrial, rec: Tri
     )
     if a_vals and b_vals:
         ma, mb = statistics.median(a_vals), statistics.median(b_vals)
-        ratio = f", {mb / ma:.2f}x" if ma > 0 else ""
+        ratio = f", {mb / ma:.2f}x" if ma > 0 else ": even its lowest level broke the SLO"
         return [
             f"capacity at SLO {slos}: {mb:.3g} req/s {_range(b_vals)} ({what} {ma:.3g} req/s {_range(a_vals)}{ratio})",
             f"(median [range] of the confirmation's {len(b_vals)} and {len(a_vals)} runs, each a full bracket: "

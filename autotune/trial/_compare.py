@@ -8,6 +8,7 @@ that an exported config's gain over vLLM's defaults holds outside the study.
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -208,7 +209,9 @@ def significant_gain(
         return False, f"no {metric} measured for both configurations"
     sign = -1.0 if maximize else 1.0
     med_a, med_b = statistics.median(a), statistics.median(b)
-    gain = sign * (med_a - med_b) / abs(med_a) if med_a else 0.0
+    diff = sign * (med_a - med_b)
+    # a baseline of 0 (a capacity whose lowest level broke its SLO): any figure above it is a gain
+    gain = diff / abs(med_a) if med_a else math.copysign(math.inf, diff) if diff else 0.0
     above_floor = gain > min_improvement
     why = f"gain {'above' if above_floor else 'within'} the {min_improvement:.0%} noise floor"
     ok = above_floor
@@ -216,5 +219,8 @@ def significant_gain(
         disjoint = max(sign * v for v in b) < min(sign * v for v in a)
         ok = ok and disjoint
         why += ", ranges do not overlap" if disjoint else ", ranges overlap"
-    moved = f"{gain:.1%} better" if gain >= 0 else f"{-gain:.1%} worse"
+    if math.isinf(gain):
+        moved = f"{'better' if gain > 0 else 'worse'} than A's 0"
+    else:
+        moved = f"{gain:.1%} better" if gain >= 0 else f"{-gain:.1%} worse"
     return ok, f"{metric}: median {med_a:.4g} -> {med_b:.4g} ({moved}), {why}"

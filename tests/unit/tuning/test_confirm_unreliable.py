@@ -56,3 +56,15 @@ def test_a_capacity_must_hold_where_the_baseline_broke_in_every_run() -> None:
     )
     ok, why = _above_the_base_bracket(near, "gain")
     assert not ok and "within the bracket's resolution" in why
+
+
+def test_a_capacity_above_a_baseline_of_zero_is_a_gain() -> None:
+    """A baseline whose lowest level broke its SLO carries 0 req/s: a configuration that carries any
+    load in every run, ranges apart, is confirmed (it read "0.0% better, within the noise floor")."""
+    a = ArmSummary("A", (), (), {"capacity": [0.0, 0.0]})
+    b = ArmSummary("B", (), (), {"capacity": [6.0, 9.0]})
+    ok, why = significant_gain(Comparison(a=a, b=b), "capacity", maximize=True)
+    assert ok, why
+    assert "better than A's 0" in why and "ranges do not overlap" in why
+    ok, why = significant_gain(Comparison(a=b, b=a), "capacity", maximize=True)
+    assert not ok and "100.0% worse" in why, why
