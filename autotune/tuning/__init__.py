@@ -15,7 +15,8 @@ from autotune.tuning._fingerprint import (
     space_change_note,
     study_fingerprint,
 )
-from autotune.tuning._forecast import StudyForecast, forecast_summary
+from autotune.tuning._forecast import StudyForecast
+from autotune.tuning._forecast_ledger import forecast_summary
 from autotune.tuning._gpus import GpuGroup, for_gpus, on_gpus, parse_gpus, plan_groups, record_devices
 from autotune.tuning._group import GroupSetup, build_group
 from autotune.tuning._group_deployed import DEPLOYED_ATTR, deployed_trial, record_deployed

@@ -34,9 +34,7 @@ from autotune.predict import (
     Calibration,
     Candidate,
     EngineDefaults,
-    Interval,
     LatencyModel,
-    Ledger,
     MeasuredTrial,
     Prediction,
     RequestTimes,
@@ -57,6 +55,7 @@ from autotune.study import (
     read_record,
 )
 from autotune.trial import read_request_timings
+from autotune.tuning._forecast_ledger import STOPPED_ATTR, StoredForecast
 from autotune.tuning._prior import PriorInputs
 
 __all__ = [
@@ -66,7 +65,6 @@ __all__ = [
     "TOP_PICKS",
     "StudyForecast",
     "check_forecast_objective",
-    "forecast_summary",
 ]
 
 log = logging.getLogger(__name__)
@@ -75,7 +73,6 @@ FORECAST_METRICS = {"ttft_p50": "ttft_p50_ms", "ttft_p90": "ttft_p90_ms"}  # wha
 AUDIT_RATE = 0.2  # after the first, this share of would-be vetoes is started anyway
 TOP_PICKS = 3  # the model's best-predicted points of the grid, enqueued after the baseline
 MAX_GRID = 4096  # a larger grid is not ranked (the sampler proposes, the veto still applies)
-STOPPED_ATTR = "forecast_veto_stopped"  # study attr: why the model vetoes no more
 PICKED_ATTR = "forecast_picked"  # study attr: the model's picks were enqueued
 
 
@@ -185,7 +182,7 @@ class StudyForecast:
         fc = t.user_attrs.get(FORECAST_ATTR) or {}
         if self.model is None or "ttft_p90_ms" not in fc:
             return
-        self.model.ledger.add(_Stored(fc), measured.ttft_p90_ms(), label=f"trial {t.number}")
+        self.model.ledger.add(StoredForecast(fc), measured.ttft_p90_ms(), label=f"trial {t.number}")
 
     # -- before a start: the gate -------------------------------------------------------------------
     def predict(self, study: optuna.Study, values: Mapping[str, Any]) -> Prediction | None:
@@ -347,76 +344,3 @@ def _per_token(inputs: PriorInputs) -> int:
 
 def _same(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
     return bool(b) and all(b.get(k) == v for k, v in a.items())
-
-
-@dataclass(frozen=True)
-class _Stored:
-    """A prediction as stored on a trial, as the ledger reads it."""
-
-    fc: Mapping[str, Any]
-
-    @property
-    def ttft_p90_ms(self) -> float:
-        return float(self.fc["ttft_p90_ms"])
-
-    @property
-    def interval(self) -> Interval:
-        lo, hi = self.fc.get("p90_interval_ms") or self.fc["interval_ms"]
-        return Interval(float(lo), float(hi), int(self.fc.get("interval_errors", 0)))
-
-
-def forecast_summary(study: optuna.Study) -> list[str]:
-    """The study's ledger and its vetoes, one line each (empty when nothing was predicted): the
-    mean absolute error of p90 TTFT over the started trials, how many fell inside their intervals,
-    the starts the veto saved, each audit and whether the veto would have been right."""
-    trials = study.get_trials(deepcopy=False)
-    launched, vetoed, audits = [], [], []
-    for t in trials:
-        fc = t.user_attrs.get(FORECAST_ATTR)
-        if not fc:
-            continue
-        rec = read_record(t)
-        if fc.get("verdict") == "veto":
-            vetoed.append(t.number)
-            continue
-        measured = rec.metric("ttft_p90") if rec.ok and rec.duplicate_of is None else None
-        if measured is not None:
-            launched.append((float(fc["ttft_p90_ms"]), measured, _Stored(fc).interval))
-        if fc.get("verdict") == "audit":
-            audits.append((t.number, fc, rec.metric(fc.get("metric") or "ttft_p90") if rec.ok else None))
-    if not launched and not vetoed:
-        return []
-    ledger = Ledger()
-    for predicted, measured, interval in launched:
-        ledger.add(_Fixed(predicted, interval), measured)
-    lines = [ledger.summary().line()]
-    lines.append(
-        f"veto: {len(vetoed)} candidate(s) predicted worse were not started"
-        + (f" (trials {', '.join(map(str, vetoed))})" if vetoed else "")
-    )
-    for number, fc, measured in audits:
-        if measured is None:
-            lines.append(f"audit: trial {number} (predicted worse) was started and measured nothing")
-            continue
-        right = measured > fc.get("best_ms", math.inf)
-        lines.append(
-            f"audit: trial {number} was predicted {fc['predicted_ms']:.1f} ms, worse than trial "
-            f"{fc.get('best_trial')}'s {fc.get('best_ms', math.nan):.1f} ms; measured {measured:.1f} ms: "
-            f"the veto would have been {'right' if right else 'wrong'}"
-        )
-    if not audits:
-        lines.append(
-            "audit: no candidate was predicted worse than the best beyond its interval, so none was audited"
-            if not vetoed
-            else "audit: none started (the first candidate predicted worse is started as the audit)"
-        )
-    stopped = study.user_attrs.get(STOPPED_ATTR)
-    if stopped:
-        lines.append(f"veto stopped: {stopped}")
-    return lines
-
-
-@dataclass(frozen=True)
-class _Fixed:
-    ttft_p90_ms: float
-    interval: Any
