@@ -38,7 +38,7 @@ def test_the_real_vllm_group_is_exactly_the_tests_marked_vllm() -> None:
 
 def test_a_parametrized_or_module_marked_node_id_is_read_through_its_function() -> None:
     assert starts_vllm(  # its own mark
-        "tests/e2e/test_nightly.py::test_run_then_nights_promote_keep_roll_back_and_measure_the_restored_file_on_the_cpu_build"
+        "tests/e2e/test_nightly.py::test_run_then_a_night_promotes_and_a_rollback_restores_the_export_on_the_cpu_build"
     )
     assert starts_vllm(
         "tests/integration/test_capacity_study_vllm.py::test_a_capacity_study_on_real_vllm_exports_a_capacity_above_the_starved_baseline"

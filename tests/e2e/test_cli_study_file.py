@@ -67,14 +67,19 @@ def test_nightly_worker_and_compare_take_the_same_file(tmp_path: Path) -> None:
     # worker: the study's name comes from the file (it does not exist yet: refused, named)
     rc, out = _invoke(["worker", "-f", str(path)])
     assert rc == 1 and "no study 'demo-rag'" in out, out
-    # compare: the file's workload and flags; the arm B config is this invocation's
+    # compare: the file's workload and flags; the arm B config is this invocation's (and --speed 4:
+    # the file's 15.7 s replay in 4 s, as a flag beside the file; the file's other keys still hold)
     best = tmp_path / "best.yaml"
     best.write_text(f"model: {model}\nblock-size: 32\n")
-    rc, out = _invoke(["compare", "-f", str(path), "--config", str(best), "--rounds", "1", "--passes", "1"])
+    rc, out = _invoke(
+        ["compare", "-f", str(path), "--config", str(best), "--rounds", "1", "--passes", "1", "--speed", "4"]
+    )
     assert rc == 0, out
     assert "rag.jsonl: 1 runs each" in out
     # nightly: the file's study, budget from the flag
-    rc, out = _invoke(["nightly", "-f", str(path), "--budget", "3m", "--rounds", "1", "--max-trials", "1"])
+    rc, out = _invoke(
+        ["nightly", "-f", str(path), "--budget", "3m", "--rounds", "1", "--max-trials", "1", "--speed", "4"]
+    )
     assert rc in (0, 3), out
     assert (tmp_path / "studies" / "demo-rag.db").exists()
     rc, out = _invoke(["show", "--study", "demo-rag", "--studies-dir", str(tmp_path / "studies")])

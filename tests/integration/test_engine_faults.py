@@ -2,14 +2,14 @@
 start-up, shared memory left by a killed engine, and no code from the working directory in any child.
 
 The "vLLM" here is a few lines of Python launched exactly as vLLM is (the launcher followed by
-``--model M --host H --port P``); one test, marked ``vllm``, starts the real CPU build.
+``--model M --host H --port P``). The real CPU build, started from a hostile directory and killed:
+tests/integration/test_engine_tenancy.py (one start for both files' questions).
 """
 
 from __future__ import annotations
 
 import json  # imported here before any test changes directory, like everything the runner uses
 import logging
-import os
 import secrets
 import signal
 import subprocess
@@ -24,7 +24,6 @@ import pytest
 
 from autotune.engine import EngineProcess, LaunchSpec
 from autotune.engine._argcheck import VllmArgChecker
-from autotune.engine._launch import CPU_LAUNCHER, parse_engine_args
 from autotune.engine._oomkill import oom_kill_count
 from autotune.errors import EngineArgsError, EngineCrashed, EngineStartError
 from autotune.space import RenderedConfig
@@ -240,27 +239,7 @@ def test_segments_a_killed_engine_made_are_removed_and_others_stay(
     assert sorted(p.name for p in shm.iterdir()) == ["psm_0ld0ld00", "psm_11fe11fe", "someone_elses_name"]
 
 
-# -- nothing from the working directory runs in a child ----------------------------------------
-
-
-@pytest.fixture
-def trap_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Path, Path]]:
-    """A working directory with ``secrets.py`` and ``json.py`` that leave a marker when imported."""
-    trap, markers = tmp_path / "cwd", tmp_path / "markers"
-    trap.mkdir()
-    markers.mkdir()
-    for name in ("secrets", "json"):
-        (trap / f"{name}.py").write_text(
-            f"import os\nopen(os.path.join({str(markers)!r}, '{name}-' + str(os.getpid())), 'w').close()\n"
-        )
-    # The trap works: a Python child that puts the working directory on its path imports it.
-    plain_env = {k: v for k, v in os.environ.items() if k != "PYTHONSAFEPATH"}
-    subprocess.run([sys.executable, "-c", "import json"], cwd=trap, env=plain_env, check=True)
-    assert [m.name.split("-")[0] for m in markers.iterdir()] == ["json"]
-    for m in markers.iterdir():
-        m.unlink()
-    monkeypatch.chdir(trap)
-    yield trap, markers
+# -- nothing from the working directory runs in a child (trap_dir: tests/integration/conftest.py) --
 
 
 def test_the_argument_checker_imports_nothing_from_the_working_directory_and_gets_no_secret(
@@ -303,37 +282,3 @@ def test_an_engine_imports_nothing_from_the_working_directory(
     with eng:
         _wait_for_line(eng, "imported")
     assert list(markers.iterdir()) == []
-
-
-@pytest.mark.vllm(alongside=True)
-def test_real_vllm_from_a_hostile_directory_then_killed_leaves_no_code_run_and_no_shm(
-    tmp_path: Path, trap_dir: tuple[Path, Path], mark: str, tiny_model: Path
-) -> None:
-    _, markers = trap_dir
-    spec = LaunchSpec(
-        model=str(tiny_model),
-        launcher=CPU_LAUNCHER,
-        fixed_args=parse_engine_args(
-            ["--enforce-eager", "--max-model-len=1024", "--kv-cache-memory-bytes=32M"]
-        ),
-        env={MARK_ENV: mark},
-        startup_timeout_s=300,
-    )
-    eng = _engine(tmp_path, spec)
-    with eng:
-        eng.wait_healthy()
-        assert eng.pid is not None
-        os.killpg(eng.pid, signal.SIGKILL)  # everything at once, as the OOM killer or kill -9 of a tree
-        _wait_until_dead(eng)
-        with pytest.raises(
-            EngineCrashed,
-            match=r"vLLM was killed by SIGKILL( \(not by the kernel.s OOM killer: its kill count did not move\))? during the run",
-        ):
-            eng.check_alive()
-    assert list(markers.iterdir()) == []
-    # A SIGKILLed vLLM 0.32 (CPU) leaves its shm_broadcast segments (psm_*, 160-240 MiB) and
-    # multiprocessing semaphores behind; stop() removed them.
-    assert eng.shm_report is not None
-    removed = [p.name for p in eng.shm_report.removed]
-    assert any(name.startswith("psm_") for name in removed), eng.shm_report
-    assert not any(p.exists() for p in eng.shm_report.removed)

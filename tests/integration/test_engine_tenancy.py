@@ -2,13 +2,17 @@
 processes: their ``/proc/PID/environ``, the Unix sockets in the temporary folder, /dev/shm.
 
 The fake server is launched exactly as vLLM is (under the guardian, in its own group); one test
-starts the real CPU build once, for vLLM's own sockets and processes.
+starts the real CPU build once, for vLLM's own sockets and processes, from a hostile working
+directory, and kills its whole tree (what that leaves in /dev/shm: test_engine_faults.py's question).
 """
 
 from __future__ import annotations
 
+import json  # imported before any test changes directory (trap_dir), like everything the runner uses
 import os
+import secrets
 import shutil
+import signal
 import socket
 import stat
 import subprocess
@@ -24,8 +28,11 @@ import pytest
 
 from autotune.engine import EngineProcess, LaunchSpec, clean_leftover_engines
 from autotune.engine._launch import CPU_LAUNCHER, parse_engine_args
+from autotune.errors import EngineCrashed
 from autotune.space import RenderedConfig
 from tests.conftest import FAKE_LAUNCHER, FAKE_VLLM, MARK_ENV, REPO, wait_no_processes
+
+assert json and secrets  # loaded from the standard library before any chdir below
 
 STORAGE_PW = "pg-Tenancy-Secret-4711"
 PG_PW = "pg-Password-0815"
@@ -192,9 +199,19 @@ def test_what_a_killed_tool_and_engine_left_is_removed_by_the_next_study_and_onl
 
 
 @pytest.mark.vllm(alongside=True)
-def test_real_vllm_keeps_its_sockets_in_its_folder_and_sees_no_secret(
-    tmp_path: Path, mark: str, tiny_model: Path, secrets_set: None, private_tmp: Path
+def test_real_vllm_from_a_hostile_directory_keeps_its_sockets_and_no_secret_and_killed_leaves_no_shm(
+    tmp_path: Path,
+    mark: str,
+    tiny_model: Path,
+    secrets_set: None,
+    private_tmp: Path,
+    trap_dir: tuple[Path, Path],
 ) -> None:
+    """One start of the real CPU build for two questions: what it inherits and where it keeps its
+    sockets (issue 30), and what a SIGKILL of its whole tree leaves (test_engine_faults.py). Started
+    from a directory whose ``json.py`` and ``secrets.py`` would leave a marker if any of its processes
+    imported them (``trap_dir``, tests/integration/conftest.py)."""
+    _, markers = trap_dir
     spec = LaunchSpec(
         model=str(tiny_model),
         launcher=CPU_LAUNCHER,
@@ -215,6 +232,22 @@ def test_real_vllm_keeps_its_sockets_in_its_folder_and_sees_no_secret(
         inside = _sockets(eng.run_dir.path)
         assert inside, "vLLM made no IPC socket in its runtime folder"
         assert [p for p in _sockets(private_tmp) if eng.run_dir.path not in p.parents] == []
+        os.killpg(eng.pid, signal.SIGKILL)  # everything at once, as the OOM killer or kill -9 of a tree
+        deadline = time.monotonic() + 10
+        while eng.alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with pytest.raises(
+            EngineCrashed,
+            match=r"vLLM was killed by SIGKILL( \(not by the kernel.s OOM killer: its kill count did not move\))? during the run",
+        ):
+            eng.check_alive()
+    assert list(markers.iterdir()) == []  # nothing of the working directory's ran in any of them
+    # A SIGKILLed vLLM 0.32 (CPU) leaves its shm_broadcast segments (psm_*, 160-240 MiB) and
+    # multiprocessing semaphores behind; stop() removed them, and its folder with its sockets.
+    assert eng.shm_report is not None
+    removed = [p.name for p in eng.shm_report.removed]
+    assert any(name.startswith("psm_") for name in removed), eng.shm_report
+    assert not any(p.exists() for p in eng.shm_report.removed)
     assert _sockets(private_tmp) == [] and list(private_tmp.glob("autotune-vllm-*")) == []
 
 

@@ -1,8 +1,8 @@
 """The study report in a real headless browser (Debian's chromium, driven by playwright): no
 console error, every plot drawn, the table sorts, and the page renders with the network off.
 
-One test renders the report of a real CPU-vLLM study built through the CLI: the two real nights
-of ``real_nights`` (tests/conftest.py), shared with the nightly tests (``vllm`` mark)."""
+One test renders the report of a real CPU-vLLM study built through the CLI: the run and the real
+night of ``real_nights`` (tests/conftest.py), shared with the nightly tests (``vllm`` mark)."""
 
 from __future__ import annotations
 
@@ -193,7 +193,7 @@ def _cli(args: list[str], mark: str, cwd: Path, timeout: float) -> subprocess.Co
 def test_report_of_a_real_cpu_vllm_study_renders_offline(
     browser: Any, tmp_path: Path, real_nights: RealNights, mark: str
 ) -> None:
-    """`autotune report` of the study the two real nights built (tests/conftest.py; no vLLM start of
+    """`autotune report` of the study the real run and night built (tests/conftest.py; no vLLM start of
     its own): every plot drawn offline from real measurements, per-request timings read back."""
     report = tmp_path / "rag.html"
     made = _cli(
