@@ -7,6 +7,8 @@ way, and returns a typed outcome that carries its exit code. None prints or exit
 
 from __future__ import annotations
 
+from autotune.usecases._bench import BenchOutcome, bench
+from autotune.usecases._compare import CompareOutcome, compare
 from autotune.usecases._night import NightOutcome, finish_night, night
 from autotune.usecases._open import announce_prior, enqueue_prior, open_and_announce
 from autotune.usecases._render import (
@@ -22,11 +24,15 @@ from autotune.usecases._run import RunOutcome, run, say_trial
 
 __all__ = [
     "FORMATS_ATTR",
+    "BenchOutcome",
+    "CompareOutcome",
     "NightOutcome",
     "Reporter",
     "RunOutcome",
     "Transcript",
     "announce_prior",
+    "bench",
+    "compare",
     "enqueue_prior",
     "finish_night",
     "fmt_params",
