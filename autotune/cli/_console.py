@@ -6,9 +6,9 @@ import logging
 import sys
 from pathlib import Path
 
-from rich.console import Console
+from rich.console import Console, RenderableType
 
-__all__ = ["console", "log_to_file", "out", "setup_logging", "verbose"]
+__all__ = ["ConsoleReporter", "console", "log_to_file", "out", "setup_logging", "verbose"]
 
 # Piped output (nightly jobs, CI logs) gets wide lines instead of rich's 80-column default.
 console = Console(stderr=True, highlight=False, width=None if sys.stderr.isatty() else 160)
@@ -54,3 +54,24 @@ def log_to_file(path: Path) -> None:
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     handler.setLevel(logging.INFO)
     logging.getLogger().addHandler(handler)
+
+
+class ConsoleReporter:
+    """A use case's words on the terminal (:class:`autotune.usecases.Reporter`): what it says on the way to
+    standard error, its result to standard output, and the study's log beside the study."""
+
+    def say(
+        self,
+        text: RenderableType,
+        *,
+        style: str | None = None,
+        markup: bool | None = None,
+        soft_wrap: bool = False,
+    ) -> None:
+        console.print(text, style=style, markup=markup, soft_wrap=soft_wrap)
+
+    def show(self, text: RenderableType, *, markup: bool | None = None, soft_wrap: bool = False) -> None:
+        out.print(text, markup=markup, soft_wrap=soft_wrap)
+
+    def log_to(self, path: Path) -> None:
+        log_to_file(path)

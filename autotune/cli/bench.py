@@ -4,7 +4,6 @@ or stopped."""
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Annotated, Any, Optional
@@ -14,12 +13,12 @@ from pydantic import ValidationError
 from rich.markup import escape
 from rich.table import Table
 
+from autotune import usecases
 from autotune.cli._console import console, out
 from autotune.cli._study_options import cli_option
 from autotune.errors import ConfigError
 from autotune.study import TrialRecord
 from autotune.studyfile import StudySpec
-from autotune.trial import no_success_reason
 
 # typer needs Optional[...] at runtime on Python 3.10
 # ruff: noqa: UP045
@@ -100,8 +99,6 @@ def bench(
 
     Exit codes: 0 measured; 1 no request succeeded; 2 bad input, or a server that is unreachable or refuses.
     """
-    from autotune.tuning import bench_server
-
     choices = _study_spec(
         workload=workload, rate=rate, burstiness=burstiness, concurrency=concurrency, speed=speed,
         passes=passes, warmup=warmup, seed=seed, max_requests=max_requests, sample=sample,
@@ -109,23 +106,14 @@ def bench(
         objective="capacity" if capacity else "ttft_p90", capacity_tolerance=capacity_tolerance,
         capacity_levels=capacity_levels, capacity_min_level=capacity_min_level, max_duration=max_duration,
     )  # fmt: skip
-    result = bench_server(choices, url)
-    rec = result.record
-    out.print(f"{result.server.url}, model {result.server.model}: {len(result.workload)} requests, "
-              f"{result.arrival.describe()}", soft_wrap=True)  # fmt: skip
-    headline = _print_figures(rec, result.slos_ms, capacity)
-    if json_out is not None:
-        json_out.parent.mkdir(parents=True, exist_ok=True)
-        json_out.write_text(json.dumps(result.as_json(), indent=2))
-        out.print(f"wrote {json_out}")
-    page_path = html_out or (json_out.with_suffix(".html") if capacity and json_out is not None else None)
-    if headline is not None and page_path is not None and rec.figures is not None:
-        _write_page(page_path, result.server.url, rec.figures.as_dict(), headline)
-        out.print(f"wrote {page_path}")
-    if rec.figures is None or rec.figures.completed == 0:
-        why = no_success_reason(rec.figures) if rec.figures is not None else "nothing measured"
-        console.print(f"[red]{why}[/red]", soft_wrap=True)
-        raise typer.Exit(1)
+    outcome = usecases.bench(choices, url, json_out=json_out, html_out=html_out)
+    out.print(outcome.heading, soft_wrap=True)
+    _print_figures(outcome, capacity)
+    for path in outcome.written:
+        out.print(f"wrote {path}")
+    if outcome.failure is not None:
+        console.print(f"[red]{outcome.failure}[/red]", soft_wrap=True)
+        raise typer.Exit(outcome.exit_code)
 
 
 def _study_spec(**options: Any) -> StudySpec:
@@ -138,32 +126,18 @@ def _study_spec(**options: Any) -> StudySpec:
         raise ConfigError(f"--{name}: {str(err['msg']).removeprefix('Value error, ')}") from None
 
 
-def _print_figures(rec: TrialRecord, slos_ms: dict[str, float], capacity: bool) -> str | None:
-    """The measurement's table and lines, then its notes; with ``capacity``, the headline printed."""
-    headline = None
+def _print_figures(outcome: usecases.BenchOutcome, capacity: bool) -> None:
+    """The measurement's table and lines, then its notes; with ``capacity``, the levels and the headline."""
+    rec = outcome.record
     if capacity:
         out.print(level_table(rec))
-        headline = capacity_headline(rec)
-        out.print(headline, soft_wrap=True, markup=False)
+        out.print(outcome.headline, soft_wrap=True, markup=False)
     else:
         out.print(figure_table(rec))
-        for line in summary_lines(rec, slos_ms):
+        for line in summary_lines(rec, outcome.slos_ms):
             out.print(line, soft_wrap=True, markup=False)
     for note in rec.notes:
         console.print(f"[yellow]note:[/yellow] {escape(note)}", soft_wrap=True)
-    return headline
-
-
-def capacity_headline(rec: TrialRecord) -> str:
-    """``capacity at SLO ttft_p90<=800ms: 14.2 req/s (4x the workload's arrivals) [held 14.2, broke 15.9 req/s]``."""
-    raw = rec.figures.as_dict() if rec.figures is not None else {}
-    slos = ", ".join(f"{k}<={v:g}ms" for k, v in (raw.get("capacity_slos") or {}).items())
-    held, x, hi = raw.get("capacity"), raw.get("capacity_x"), raw.get("capacity_hi")
-    if not held:
-        return f"capacity at SLO {slos}: none: {raw.get('capacity_note') or 'no level held'}"
-    upper = f"broke {hi:.3g} req/s" if hi is not None else "no level broke"
-    line = f"capacity at SLO {slos}: {held:.3g} req/s ({x:.3g}x the workload's arrivals) [held {held:.3g}, {upper}]"
-    return line + (f"; {raw['capacity_note']}" if raw.get("capacity_note") else "")
 
 
 def level_table(rec: TrialRecord) -> Table:
@@ -190,20 +164,6 @@ def level_table(rec: TrialRecord) -> Table:
             "held" if lv.get("held") else f"broke: {lv.get('broke')}",
         )  # fmt: skip
     return table
-
-
-def _write_page(path: Path, url: str, raw: dict[str, Any], headline: str) -> None:
-    from autotune.report import capacity_page_sections, page, write_html
-
-    write_html(
-        page(
-            f"capacity of {url}",
-            "measured by autotune bench --capacity",
-            capacity_page_sections(url, raw, headline),
-            plots=True,
-        ),
-        path,
-    )
 
 
 def _ms(value: float | None) -> str:

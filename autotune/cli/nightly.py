@@ -3,24 +3,19 @@
 
 from __future__ import annotations
 
-import dataclasses
-import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 from rich.text import Text
 
-from autotune.cli._console import console, out
+from autotune import usecases
+from autotune.cli._console import ConsoleReporter, console, out
 from autotune.cli._group import announce_prior, open_group_study
-from autotune.cli._open import open_and_announce
 from autotune.cli._study_options import FILE_HELP, ExportPath, Storage, StudiesDir, study_command
-from autotune.errors import EXIT_BUDGET, EXIT_NOTHING_FEASIBLE, EXIT_REGRESSION, ConfigError, PromoteHookError
+from autotune.errors import ConfigError
 from autotune.studyfile import GroupFile, StudySpec, load_study_file, resolve_spec
-
-if TYPE_CHECKING:
-    from autotune.nightly import NightRecord
 
 # typer needs Optional[...] at runtime on Python 3.10
 # ruff: noqa: UP045
@@ -32,10 +27,6 @@ app = typer.Typer(
     invoke_without_command=True,
     no_args_is_help=False,
 )
-
-
-def _say(line: str) -> None:
-    console.print(line, soft_wrap=True)
 
 
 def _say_plain(line: str) -> None:
@@ -76,7 +67,9 @@ def night_group(group: GroupFile, flags: Mapping[str, Any]) -> None:
         )
         record = run_night(steps, study)
     out.print(record.summary(), soft_wrap=True, markup=False)
-    _finish(record, common, options.out, sdir)
+    code = usecases.finish_night(record, common, options.out, sdir, ConsoleReporter())
+    if code:
+        raise typer.Exit(code)
 
 
 @app.callback(invoke_without_command=True)
@@ -92,60 +85,9 @@ def nightly(spec: StudySpec) -> None:
     line names the budget the plan needs); 1 other error; when the promoted config was
     exported but --on-promote failed, the hook's own exit code (128+N: killed by signal N).
     """
-    from autotune.nightly import (
-        NightOptions,
-        bound_night_replay,
-        engine_night,
-        process_start,
-        run_night,
-        write_night_reports,
-    )
-    from autotune.tuning import StudyLock, build_setup, check_study_name, plan_baseline
-
-    started = process_start()  # the budget is wall time for the whole night, from here
-    if spec.study is None:
-        raise ConfigError("nightly: --study is required (fix: the name the nights of one deployment share)")
-    name = check_study_name(spec.study)
-    bounded = bound_night_replay(spec)  # a traffic folder: yesterday's files, a run's replay <= 10% budget
-    spec = bounded.spec
-    if bounded.line:
-        console.print(bounded.line, soft_wrap=True, markup=False)
-    with build_setup(spec) as setup, StudyLock(spec.storage, name, spec.studies_dir):
-        setup.check_fixed_flags()
-        plan = plan_baseline(setup)
-        setup = setup.with_prior()  # once: announced, vetoing, and enqueued after the incumbent
-        st, sdir = open_and_announce(setup, name, spec.storage, spec.studies_dir, spec.seed, plan)
-        options = NightOptions(
-            budget_s=spec.budget_s,
-            out=spec.out or sdir / "best.yaml",
-            rounds=spec.rounds,
-            min_improvement=spec.min_improvement,
-            incumbent=spec.incumbent,
-            max_trials=spec.max_trials,
-            started=started,
-        )
-        record = run_night(engine_night(setup, st, sdir, options, say=_say), st)
-        record, report, index = write_night_reports(st, sdir, record, setup)
-        console.print(
-            f"report: {report or 'not written (see the log)'}; index of nights: {index or 'not written'}"
-        )
-    record = dataclasses.replace(record, duration_s=time.monotonic() - started)  # to exit, but the hook
-    out.print(record.summary(), soft_wrap=True)
-    _finish(record, spec, options.out, sdir)
-
-
-def _finish(record: NightRecord, spec: StudySpec, export: Path, sdir: Path) -> None:
-    """The hook after a promotion, then the night's exit code: 3 regression (the alarm first: a deployed
-    config that no longer runs is a regression too), 4 nothing feasible, 8 no candidate fit the budget."""
-    if record.decision == "promoted" and spec.on_promote:
-        _deliver(spec, record, export, sdir)  # after the atomic export; its failure never loses it
-    if record.regression:
-        raise typer.Exit(EXIT_REGRESSION)
-    if record.decision == "nothing_feasible":
-        raise typer.Exit(EXIT_NOTHING_FEASIBLE)
-    if record.budget_needed_s is not None:
-        out.print(record.budget_line(), soft_wrap=True, markup=False)
-        raise typer.Exit(EXIT_BUDGET)
+    outcome = usecases.night(spec, ConsoleReporter())
+    if outcome.exit_code:
+        raise typer.Exit(outcome.exit_code)
 
 
 StudyFile = Annotated[Optional[Path], typer.Option("--file", "-f", help=FILE_HELP)]
@@ -192,50 +134,6 @@ def history(
     for row in found.rows:
         table.add_row(*(Text(cell) for cell in row))  # cells as text: a reason's [..] is no markup
     out.print(table)
-
-
-def _deliver(spec: StudySpec, record: NightRecord, export: Path, sdir: Path) -> None:
-    """Run --on-promote with the new config, the previous one and the night's figures in its
-    environment; a group's: the promoted folder, the replaced files' folder and the group objective
-    against the incumbent. A failed hook exits with its own code (128+N: ended by signal N)."""
-    from autotune.nightly import promoted_history, run_on_promote
-
-    assert spec.on_promote is not None
-    if record.group is None:
-        kept = promoted_history(export, export.parent / "history")
-        previous = kept[-2] if len(kept) >= 2 else None
-        figures = {
-            "best_value": (record.incumbent_figure or {}).get("median", float("nan")),
-            "baseline_value": (record.baseline_figure or {}).get("median", float("nan")),
-        }
-        what, fix, objective, logs = (
-            f"the export {export}",
-            ", or `autotune nightly rollback`",
-            record.metric,
-            None,
-        )
-    else:
-        previous = Path(record.group["previous"]) if record.group.get("previous") else None
-        figures = {"group_objective": float(record.group.get("promoted_value") or 0.0)}
-        what, fix, objective, logs = f"the group in {export}", "", "group", sdir / "promote-logs"
-    result = run_on_promote(
-        spec.on_promote,
-        new_config=export,
-        previous_config=previous,
-        figures=figures,
-        night=str(record.number),
-        timeout_s=spec.on_promote_timeout,
-        objective=objective,
-        log_dir=logs,
-        scrub=[spec.api_key_env] if spec.api_key_env else [],
-    )
-    console.print(f"--on-promote: {result.describe()}", markup=False, soft_wrap=True)
-    if not result.ok:
-        raise PromoteHookError(
-            f"--on-promote: {result.describe()}; {what} is kept (fix: read the hook's log, then "
-            f"re-run the hook by hand{fix})",
-            exit_code=result.shell_code,
-        )
 
 
 @app.command("rollback")
