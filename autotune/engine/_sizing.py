@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from autotune.engine._flags import PP_FLAGS, TP_FLAGS, flag_int
 from autotune.errors import ConfigError
 from autotune.space import HOST_POOL_FIELDS, flag_pairs
 
@@ -41,6 +42,16 @@ class EngineSizing:
     enforce_eager: bool
     kv_cache_dtype: str
     dtype: str = "auto"  # --dtype: the weights' and activations' type as served
+    tensor_parallel_size: int = 1
+    pipeline_parallel_size: int = 1
+    # vllm-ascend's CPUOffloadingConnector and vLLM's native offload on CUDA both map their whole host
+    # pool from /dev/shm (cpu_kv_cache_*, vllm_offload_*.mmap); LMCache keeps it in the heap.
+    host_pool_in_shm: bool = False
+
+    @property
+    def ranks(self) -> int:
+        """GPUs one engine of this command occupies: tensor-parallel x pipeline-parallel size."""
+        return self.tensor_parallel_size * self.pipeline_parallel_size
 
 
 def _flags(argv: Sequence[str]) -> dict[str, str | None]:
@@ -71,6 +82,10 @@ def sizing_from_argv(argv: Sequence[str], platform: Literal["cuda", "cpu"]) -> E
                 offload = max(offload, int(float(extra[key]) * unit * per))
     kv_bytes = f.get("--kv-cache-memory-bytes")
     cpu = platform == "cpu"
+    joined = " ".join(argv)
+    in_shm = "CPUOffloadingConnector" in joined or (
+        "--kv-offloading-size" in joined and "lmcache" not in joined.lower() and platform == "cuda"
+    )
     return EngineSizing(
         platform=platform,
         gpu_memory_utilization=num("--gpu-memory-utilization", 0.92),
@@ -83,4 +98,7 @@ def sizing_from_argv(argv: Sequence[str], platform: Literal["cuda", "cpu"]) -> E
         enforce_eager="--enforce-eager" in f,
         kv_cache_dtype=f.get("--kv-cache-dtype") or "auto",
         dtype=f.get("--dtype") or "auto",
+        tensor_parallel_size=max(1, flag_int(argv, TP_FLAGS) or 1),
+        pipeline_parallel_size=max(1, flag_int(argv, PP_FLAGS) or 1),
+        host_pool_in_shm=in_shm,
     )
