@@ -57,7 +57,7 @@ from autotune.engine._seam import ArgChecker, Engine
 from autotune.engine._shm import CleanReport, clean_stale_shm
 from autotune.engine._sizing import EngineSizing, sizing_from_argv
 from autotune.engine._startup import startup_phases
-from autotune.engine._vllm import VLLM, VLLM_METRICS
+from autotune.engine._vllm import ENGINES_BY_NAME, VLLM, VLLM_METRICS, engine_named
 
 __all__ = [
     "API_SERVER_MODULE",
@@ -65,6 +65,7 @@ __all__ = [
     "CHART_COMMIT",
     "CHART_FLAGS",
     "CPU_FLAGS_ENV",
+    "ENGINES_BY_NAME",
     "FLOAT32_KV_SCALE",
     "HOST_POOL_FLAGS",
     "MEMORY_KNOB_FLAGS",
@@ -101,6 +102,7 @@ __all__ = [
     "cpu_build_isa_note",
     "default_launcher",
     "detect_profile",
+    "engine_named",
     "fixed_max_model_len",
     "flag_int",
     "go_plain",

@@ -22,7 +22,7 @@ from autotune.engine._sizing import EngineSizing, sizing_from_argv
 from autotune.engine._startup import startup_phases
 from autotune.space import FlagPairs, RenderedConfig
 
-__all__ = ["VLLM", "VLLM_METRICS", "VllmEngine"]
+__all__ = ["ENGINES_BY_NAME", "VLLM", "VLLM_METRICS", "VllmEngine", "engine_named"]
 
 
 @dataclass(frozen=True)
@@ -114,3 +114,11 @@ class VllmEngine:
 
 
 VLLM = VllmEngine()
+
+# The engines a study file's ``engine:`` names (autotune.studyfile.ENGINES_BY_NAME lists the same names).
+ENGINES_BY_NAME: dict[str, VllmEngine] = {"vllm": VLLM}
+
+
+def engine_named(name: str) -> VllmEngine:
+    """The engine a study file names (the study file's own check has refused any other name)."""
+    return ENGINES_BY_NAME[name]
