@@ -25,7 +25,7 @@ from autotune.engine import (
     config_to_argv,
     model_args,
 )
-from autotune.errors import ExportError
+from autotune.errors import ConfigError, ExportError
 
 __all__ = [
     "ExportedConfig",
@@ -33,6 +33,7 @@ __all__ = [
     "args_to_config",
     "build_export",
     "canonical_flags",
+    "config_to_args",
     "config_to_argv",
     "render_vllm_config",
     "runnable_launcher",
@@ -62,6 +63,20 @@ def runnable_launcher(launcher: Sequence[str]) -> tuple[str, ...]:
     if head[-1:] != ("serve",) or _serve_script_runs():
         return head
     return (sys.executable, "-m", API_SERVER_MODULE)
+
+
+def config_to_args(path: Path) -> tuple[str, list[str]]:
+    """A ``vllm serve --config`` YAML -> (model or "", argv without the model), as vLLM reads it: the one
+    reader of an exported or deployed file (the nightly's incumbent, ``compare``'s configs)."""
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"{path}: cannot read the config: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a vLLM config is a mapping of flag names to values")
+    model = str(data.pop("model", "") or "")
+    argv = config_to_argv(data)
+    return model, argv
 
 
 def numerics_lines(tuned: Mapping[str, Any]) -> list[str]:

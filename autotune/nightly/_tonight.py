@@ -10,6 +10,7 @@ from typing import Any
 
 import optuna
 
+from autotune.export import config_to_args
 from autotune.nightly._fingerprint import describe_changes, fingerprints, workload_changes
 from autotune.nightly._history import NIGHT_ATTR, NightRecord, last_night, nights
 from autotune.nightly._plan import NightPlan, _Clock, measured_run_cost, open_clock, promotion_rounds
@@ -24,7 +25,7 @@ from autotune.study import (
     render_reference,
     run_study,
 )
-from autotune.trial import VllmEvaluator, config_to_args
+from autotune.trial import VllmEvaluator
 from autotune.tuning import TrialScope, TuningSetup
 
 __all__ = ["NightOptions", "NightState", "begin_night", "remeasure"]
