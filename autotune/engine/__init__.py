@@ -55,7 +55,7 @@ from autotune.engine._reaper import install_signal_handlers, stop_all, terminate
 from autotune.engine._rundir import clean_leftover_engines
 from autotune.engine._seam import ArgChecker, Engine
 from autotune.engine._shm import CleanReport, clean_stale_shm
-from autotune.engine._sizing import EngineSizing, sizing_from_argv
+from autotune.engine._sizing import EngineSizing, sizes_memory, sizing_from_argv
 from autotune.engine._startup import startup_phases
 from autotune.engine._vllm import ENGINES_BY_NAME, VLLM, VLLM_METRICS, engine_named
 
@@ -117,6 +117,7 @@ __all__ = [
     "select_profile",
     "served_name",
     "serves_float32",
+    "sizes_memory",
     "sizing_from_argv",
     "startup_phases",
     "startup_warnings",

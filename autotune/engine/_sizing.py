@@ -10,10 +10,22 @@ from typing import Literal
 
 from autotune.engine._flags import PP_FLAGS, TP_FLAGS, flag_int
 from autotune.errors import ConfigError
-from autotune.space import HOST_POOL_FIELDS, flag_pairs
+from autotune.space import HOST_POOL_FIELDS, flag_pairs, flag_stem
 
-__all__ = ["EngineSizing", "parse_size", "sizing_from_argv"]
+__all__ = ["EngineSizing", "parse_size", "sizes_memory", "sizing_from_argv"]
 
+# What sizing_from_argv reads of a command, as flag stems (the memory guard's inputs).
+_MEMORY_STEMS = frozenset(
+    {
+        "gpu-memory-utilization",
+        "kv-cache-memory-bytes",
+        "block-size",
+        "max-num-batched-tokens",
+        "max-num-seqs",
+        "kv-offloading-size",
+        "kv-cache-dtype",
+    }
+)
 _SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([KMGTkmgt]?)(i?[Bb])?\s*$")
 _BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 _DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
@@ -102,3 +114,8 @@ def sizing_from_argv(argv: Sequence[str], platform: Literal["cuda", "cpu"]) -> E
         pipeline_parallel_size=max(1, flag_int(argv, PP_FLAGS) or 1),
         host_pool_in_shm=in_shm,
     )
+
+
+def sizes_memory(flag: str) -> bool:
+    """Whether this flag (``--x``, ``--no-x``, dashes or underscores) is one the sizing reads."""
+    return flag_stem(flag) in _MEMORY_STEMS
