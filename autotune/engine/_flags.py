@@ -27,9 +27,11 @@ __all__ = [
     "config_command",
     "fixed_max_model_len",
     "flag_int",
+    "flags_less",
     "host_pool_flag",
     "model_args",
     "parallel_ranks",
+    "same_flags",
     "served_name",
     "transfer_config",
 ]
@@ -138,3 +140,20 @@ def command_launcher(command: Sequence[str]) -> tuple[str, ...]:
     first = next((i for i, tok in enumerate(command) if tok.startswith("--")), len(command))
     head = tuple(command[:first])
     return head[:-1] if head[-2:-1] == ("serve",) else head
+
+
+def same_flags(a: Sequence[str], b: Sequence[str]) -> bool:
+    """Do two engine commands set the same flags to the same values, order aside?"""
+
+    def pairs(argv: Sequence[str]) -> list[tuple[str, str | None]]:
+        return sorted(flag_pairs(list(argv), positional=[]), key=lambda p: (p[0], p[1] or ""))
+
+    return pairs(a) == pairs(b)
+
+
+def flags_less(flags: Sequence[str], other: Sequence[str]) -> list[str]:
+    """``flags`` less every flag ``other`` sets (the fixed flags of a command, less its tuned ones);
+    ``ValueError`` names a token that is not a flag."""
+    drop = {n for n, _ in flag_pairs(list(other))}
+    kept = [(n, v) for n, v in flag_pairs(list(flags)) if n not in drop]
+    return [tok for n, v in kept for tok in ((n,) if v is None else (n, v))]

@@ -128,3 +128,18 @@ def test_the_check_sees_a_literal(tmp_path: Path) -> None:
         if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in skip
     ]
     assert sorted(h for h in hits if h) == ["--kv-cache-memory-bytes", "--max-num-seqs", "--model"]
+
+
+def test_nothing_above_engine_reads_flags() -> None:
+    """The one reading of a command's flags (``flag_pairs``, ``flag_stem``) lives in ``space/`` (which
+    renders and reads ``--engine-arg``) and is used by ``engine/`` alone: the rest asks the engine."""
+    readers = {"flag_pairs", "flag_stem", "split_engine_arg"}
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE).as_posix()
+        if rel.startswith(("engine/", "space/")) or rel in KNOWN_REMAINING:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("autotune.space"):
+                found += [f"autotune/{rel}:{node.lineno}: {a.name}" for a in node.names if a.name in readers]
+    assert not found, "flag reading above engine/ (ask autotune.engine instead):\n" + "\n".join(found)
