@@ -1,13 +1,17 @@
 """vLLM's flags are spelled only inside ``autotune/engine/`` (issue 46: a typed config crosses the seam).
 
 The set of vLLM's flags is the installed vLLM's own ``serve`` parser (the one the argument checker
-builds), less the option names of autotune's own command line (read from the Typer app: ``--model``,
-``--block-size``, ``--config``... are autotune's options too). Every string literal in
-``autotune/**/*.py`` outside ``engine/`` is read with :mod:`ast`: a literal that is such a flag, or
-starts with one followed by ``=`` or a space (``"--port=8000"``, the constant head of an f-string),
-fails the test with its file and line. Docstrings are prose and are not read; comments are not
-literals. A flag named in the middle of a message (``"(fix: raise --gpu-memory-utilization)"``) is
-not a literal that builds a command, and is not counted.
+builds). Every string literal in ``autotune/**/*.py`` outside ``engine/`` is read with :mod:`ast`: a
+literal that is such a flag, or starts with one followed by ``=`` or a space (``"--port=8000"``, the
+constant head of an f-string), fails the test with its file and line. Docstrings are prose and are not
+read; comments are not literals. A flag named in the middle of a message (``"(fix: raise
+--gpu-memory-utilization)"``) is not a literal that builds a command, and is not counted.
+
+A name that is also one of autotune's own options (read from the Typer app: ``--model``, ``--config``,
+``--max-model-len``, ``--block-size``, ``--seed``) is allowed in ``cli/``, where it is autotune's
+option, and elsewhere only in a sentence ("--model is required (fix: ...)"), never as the flag itself.
+Not caught: a flag built at run time (``"--" + name``), and a flag's name without its dashes (the
+keys of a ``vllm serve --config`` file in ``export/``).
 """
 
 from __future__ import annotations
