@@ -116,7 +116,9 @@ async def _measure_engine(engine: EngineProcess, setup: TuningSetup, repeats: in
             )
             after = await scrape_metrics(client, engine.base_url, names, path)
             figures = summarize(result.timings, result.duration_s, slos_ms=setup.objective.request_slos)
-            metrics = MetricsDelta.between(before, after, host_sources, names) if before and after else None
+            metrics = (
+                MetricsDelta.between(before, after, host_sources, names=names) if before and after else None
+            )
             out.append(
                 {
                     "cache_reset": reset,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from autotune.bench._arrivals import ArrivalSpec, plan_offsets
 from autotune.bench._figures import TrialFigures, failure_counts, meets_slos, summarize
 from autotune.bench._probe import ServerFacts, probe_server, server_root
-from autotune.bench._prometheus import VLLM_METRICS, MetricNames, MetricsDelta, parse_metrics, scrape_metrics
+from autotune.bench._prometheus import MetricNames, MetricsDelta, parse_metrics, scrape_metrics
 from autotune.bench._queue import QueueWatch, ServerQueue
 from autotune.bench._replay import DEFAULT_MAX_IN_FLIGHT, ReplayResult, replay
 from autotune.bench._request import ReplayTarget
@@ -16,7 +16,6 @@ from autotune.bench._warmup import warm_up
 
 __all__ = [
     "DEFAULT_MAX_IN_FLIGHT",
-    "VLLM_METRICS",
     "AiohttpTransport",
     "ArrivalSpec",
     "MetricNames",

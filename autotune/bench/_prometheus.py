@@ -1,4 +1,4 @@
-"""vLLM's ``/metrics``: scrape, and the change over a run (prefix-cache hits, offload, preemptions)."""
+"""An engine's ``/metrics`` (its sample names from the engine, :class:`MetricNames`): scrape, and the change over a run (prefix-cache hits, offload, preemptions)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 __all__ = [
-    "VLLM_METRICS",
     "MetricNames",
     "MetricsDelta",
     "MetricsSnapshot",
@@ -25,7 +24,7 @@ DEFAULT_HOST_SOURCES = ("host",)
 class MetricNames:
     """Where an engine's ``/metrics`` keeps each figure the tool reads (sample names).
 
-    An engine (``autotune.engine``) provides its own; :data:`VLLM_METRICS` is vLLM's.
+    An engine (``autotune.engine``) provides its own (vLLM's: ``autotune.engine.VLLM_METRICS``).
     Cached prompt tokens by where they came from: vLLM >= 0.3x exports
     ``prompt_tokens_cached_by_source`` (device|host|p2p|disk|external_unspecified) and also
     ``prompt_tokens_by_source``; vLLM 0.26 only the latter (local_compute|local_cache_hit|
@@ -52,24 +51,6 @@ class MetricNames:
     legacy_host_source: str = "external_kv_transfer"
 
 
-VLLM_METRICS = MetricNames(
-    prefix="vllm:",
-    cached_by_source="vllm:prompt_tokens_cached_by_source_total",
-    prompt_by_source="vllm:prompt_tokens_by_source_total",
-    prefix_cache_queries="vllm:prefix_cache_queries_total",
-    prefix_cache_hits="vllm:prefix_cache_hits_total",
-    external_prefix_cache_queries="vllm:external_prefix_cache_queries_total",
-    external_prefix_cache_hits="vllm:external_prefix_cache_hits_total",
-    prompt_tokens="vllm:prompt_tokens_total",
-    preemptions="vllm:num_preemptions_total",
-    offload_load_bytes="vllm:kv_offload_load_bytes_total",
-    offload_store_bytes="vllm:kv_offload_store_bytes_total",
-    ttft_count="vllm:time_to_first_token_seconds_count",
-    ttft_sum="vllm:time_to_first_token_seconds_sum",
-    kv_cache_usage="vllm:kv_cache_usage_perc",
-)
-
-
 @dataclass(frozen=True)
 class MetricsSnapshot:
     """Sample values summed over label sets, keyed by sample name; ``by_source`` for cached tokens."""
@@ -84,7 +65,7 @@ class MetricsSnapshot:
         return float(self.values.get(name, 0.0))
 
 
-def parse_metrics(text: str, names: MetricNames = VLLM_METRICS) -> MetricsSnapshot:
+def parse_metrics(text: str, names: MetricNames) -> MetricsSnapshot:
     values: dict[str, float] = defaultdict(float)
     by_source: dict[str, float] = defaultdict(float)
     prompt_source: dict[str, float] = defaultdict(float)
@@ -108,7 +89,7 @@ def parse_metrics(text: str, names: MetricNames = VLLM_METRICS) -> MetricsSnapsh
 
 
 async def scrape_metrics(
-    client: httpx.AsyncClient, base_url: str, names: MetricNames = VLLM_METRICS, path: str = "/metrics"
+    client: httpx.AsyncClient, base_url: str, names: MetricNames, path: str = "/metrics"
 ) -> MetricsSnapshot | None:
     try:
         resp = await client.get(base_url + path, timeout=10.0)
@@ -157,7 +138,8 @@ class MetricsDelta:
         before: MetricsSnapshot,
         after: MetricsSnapshot,
         host_sources: tuple[str, ...] = DEFAULT_HOST_SOURCES,
-        names: MetricNames = VLLM_METRICS,
+        *,
+        names: MetricNames,
     ) -> MetricsDelta:
         """``host_sources``: the ``cached_by_source`` labels of the engine profile's CPU pool hits."""
         n = names

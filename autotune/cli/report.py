@@ -61,8 +61,8 @@ def report(
 def _workload_facts(path: Path, st: Any) -> dict[str, Any]:
     """``workload inspect``'s facts at the block size the best trial ran with (the model's tokenizer
     when the study's model directory is here, else approximate word counts)."""
+    from autotune.engine import block_size_of
     from autotune.export import measured_engine_argv
-    from autotune.space import flag_pairs
     from autotune.study import baseline_trial, best_feasible, read_record
     from autotune.workload import inspect_workload, load_tokenizer, load_workload
 
@@ -73,7 +73,7 @@ def _workload_facts(path: Path, st: Any) -> dict[str, Any]:
     if rec is not None and rec.command:
         with contextlib.suppress(ExportError, ValueError):
             model, flags = measured_engine_argv(rec.command)
-            block = next((int(v) for n, v in flag_pairs(flags) if n == "--block-size" and v), None)
+            block = block_size_of(flags)
             if Path(model).is_dir():
                 with contextlib.suppress(WorkloadError):  # no tokenizer there: approximate words
                     tokenizer = load_tokenizer(Path(model))

@@ -8,11 +8,24 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from autotune.engine._flags import PP_FLAGS, TP_FLAGS, flag_int
 from autotune.errors import ConfigError
-from autotune.space import HOST_POOL_FIELDS, flag_pairs
+from autotune.space import HOST_POOL_FIELDS, flag_pairs, flag_stem
 
-__all__ = ["EngineSizing", "parse_size", "sizing_from_argv"]
+__all__ = ["EngineSizing", "parse_size", "sizes_memory", "sizing_from_argv"]
 
+# What sizing_from_argv reads of a command, as flag stems (the memory guard's inputs).
+_MEMORY_STEMS = frozenset(
+    {
+        "gpu-memory-utilization",
+        "kv-cache-memory-bytes",
+        "block-size",
+        "max-num-batched-tokens",
+        "max-num-seqs",
+        "kv-offloading-size",
+        "kv-cache-dtype",
+    }
+)
 _SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([KMGTkmgt]?)(i?[Bb])?\s*$")
 _BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 _DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
@@ -41,6 +54,16 @@ class EngineSizing:
     enforce_eager: bool
     kv_cache_dtype: str
     dtype: str = "auto"  # --dtype: the weights' and activations' type as served
+    tensor_parallel_size: int = 1
+    pipeline_parallel_size: int = 1
+    # vllm-ascend's CPUOffloadingConnector and vLLM's native offload on CUDA both map their whole host
+    # pool from /dev/shm (cpu_kv_cache_*, vllm_offload_*.mmap); LMCache keeps it in the heap.
+    host_pool_in_shm: bool = False
+
+    @property
+    def ranks(self) -> int:
+        """GPUs one engine of this command occupies: tensor-parallel x pipeline-parallel size."""
+        return self.tensor_parallel_size * self.pipeline_parallel_size
 
 
 def _flags(argv: Sequence[str]) -> dict[str, str | None]:
@@ -71,6 +94,10 @@ def sizing_from_argv(argv: Sequence[str], platform: Literal["cuda", "cpu"]) -> E
                 offload = max(offload, int(float(extra[key]) * unit * per))
     kv_bytes = f.get("--kv-cache-memory-bytes")
     cpu = platform == "cpu"
+    joined = " ".join(argv)
+    in_shm = "CPUOffloadingConnector" in joined or (
+        "--kv-offloading-size" in joined and "lmcache" not in joined.lower() and platform == "cuda"
+    )
     return EngineSizing(
         platform=platform,
         gpu_memory_utilization=num("--gpu-memory-utilization", 0.92),
@@ -83,4 +110,12 @@ def sizing_from_argv(argv: Sequence[str], platform: Literal["cuda", "cpu"]) -> E
         enforce_eager="--enforce-eager" in f,
         kv_cache_dtype=f.get("--kv-cache-dtype") or "auto",
         dtype=f.get("--dtype") or "auto",
+        tensor_parallel_size=max(1, flag_int(argv, TP_FLAGS) or 1),
+        pipeline_parallel_size=max(1, flag_int(argv, PP_FLAGS) or 1),
+        host_pool_in_shm=in_shm,
     )
+
+
+def sizes_memory(flag: str) -> bool:
+    """Whether this flag (``--x``, ``--no-x``, dashes or underscores) is one the sizing reads."""
+    return flag_stem(flag) in _MEMORY_STEMS

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from autotune.bench import VLLM_METRICS
+from autotune.bench import MetricNames
 from autotune.engine._argcheck import VllmArgChecker
 from autotune.engine._connector_log import ConnectorHits, connector_hits
 from autotune.engine._cpu_dtype import launch_argv
@@ -22,7 +22,7 @@ from autotune.engine._sizing import EngineSizing, sizing_from_argv
 from autotune.engine._startup import startup_phases
 from autotune.space import FlagPairs, RenderedConfig
 
-__all__ = ["VLLM", "VllmEngine"]
+__all__ = ["ENGINES_BY_NAME", "VLLM", "VLLM_METRICS", "VllmEngine", "engine_named"]
 
 
 @dataclass(frozen=True)
@@ -63,6 +63,24 @@ class VllmInstall:
         return default_space_path(profile)
 
 
+# vLLM's sample names on its /metrics.
+VLLM_METRICS = MetricNames(
+    prefix="vllm:",
+    cached_by_source="vllm:prompt_tokens_cached_by_source_total",
+    prompt_by_source="vllm:prompt_tokens_by_source_total",
+    prefix_cache_queries="vllm:prefix_cache_queries_total",
+    prefix_cache_hits="vllm:prefix_cache_hits_total",
+    external_prefix_cache_queries="vllm:external_prefix_cache_queries_total",
+    external_prefix_cache_hits="vllm:external_prefix_cache_hits_total",
+    prompt_tokens="vllm:prompt_tokens_total",
+    preemptions="vllm:num_preemptions_total",
+    offload_load_bytes="vllm:kv_offload_load_bytes_total",
+    offload_store_bytes="vllm:kv_offload_store_bytes_total",
+    ttft_count="vllm:time_to_first_token_seconds_count",
+    ttft_sum="vllm:time_to_first_token_seconds_sum",
+    kv_cache_usage="vllm:kv_cache_usage_perc",
+)
+
 _ENDPOINTS = Endpoints(health="/health", metrics="/metrics", models="/v1/models", metric_names=VLLM_METRICS)
 
 
@@ -96,3 +114,11 @@ class VllmEngine:
 
 
 VLLM = VllmEngine()
+
+# The engines a study file's ``engine:`` names (autotune.studyfile.ENGINES_BY_NAME lists the same names).
+ENGINES_BY_NAME: dict[str, VllmEngine] = {"vllm": VLLM}
+
+
+def engine_named(name: str) -> VllmEngine:
+    """The engine a study file names (the study file's own check has refused any other name)."""
+    return ENGINES_BY_NAME[name]

@@ -3,14 +3,14 @@ Helm values (``--export-format helm-values``, :func:`exporter_for`), and the equ
 
 from __future__ import annotations
 
-from autotune.export._chart import CHART_COMMIT, chart_command
+from autotune.engine import CHART_COMMIT, chart_command
 from autotune.export._seam import Exporter, exporter_for
 from autotune.export._study import export_best, exports_the_same, measured_engine_argv, measured_launcher
 from autotune.export._yaml import (
-    SERVE_LAUNCHER,
     ExportedConfig,
     args_to_config,
     build_export,
+    config_to_args,
     config_to_argv,
     runnable_launcher,
     write_export,
@@ -19,12 +19,12 @@ from autotune.export._yaml import (
 
 __all__ = [
     "CHART_COMMIT",
-    "SERVE_LAUNCHER",
     "ExportedConfig",
     "Exporter",
     "args_to_config",
     "build_export",
     "chart_command",
+    "config_to_args",
     "config_to_argv",
     "export_best",
     "exporter_for",

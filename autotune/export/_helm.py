@@ -1,6 +1,6 @@
 """Helm values for vLLM's production-stack chart: one ``servingEngineSpec.modelSpec`` entry per engine.
 
-Read from github.com/vllm-project/production-stack at ``_chart.CHART_COMMIT`` (helm/values.yaml,
+Read from github.com/vllm-project/production-stack at ``engine._chart.CHART_COMMIT`` (helm/values.yaml,
 helm/values.schema.json and helm/templates/deployment-vllm-multi.yaml, which starts an entry's
 container as ``vllm serve MODEL_URL --host 0.0.0.0 --port 8000`` followed by the flags below).
 The measured command maps as:
@@ -34,7 +34,7 @@ chart's example 16Gi plus the pool; ``requestCPU`` the chart's example 6, not me
 says which.
 
 :func:`helm_values` refuses values that would start anything but the measured command (the chart's
-``--host``/``--port`` aside), read back as the template reads them (``_chart.py``).
+``--host``/``--port`` aside), read back as the template reads them (``engine/_chart.py``).
 """
 
 from __future__ import annotations
@@ -51,8 +51,8 @@ from typing import Any
 
 import yaml
 
+from autotune.engine import CHART, CHART_FLAGS, check_entry, go_plain, number
 from autotune.errors import ExportError
-from autotune.export._chart import CHART, CHART_FLAGS, check_entry, go_plain, number
 from autotune.export._yaml import ExportedConfig, config_to_argv
 
 __all__ = ["HELM_DEPLOY", "HelmValuesExporter", "helm_values"]
@@ -310,7 +310,9 @@ def helm_values(engines: Mapping[str, ExportedConfig]) -> str:
     out = [*_comment([*head, "deploy: " + HELM_DEPLOY]), "servingEngineSpec:", "  modelSpec:"]
     for name, e in zip(_names(list(engines)), exported, strict=True):
         entry, notes = _entry(name, e)
-        check_entry(entry, e)
+        check_entry(
+            entry, str(e.config["model"]), config_to_argv({k: v for k, v in e.config.items() if k != "model"})
+        )
         body = yaml.safe_dump([entry], sort_keys=False, default_flow_style=False, width=2**20)
         out += ["  " + line for line in (*_comment([*e.lines[len(common) :], *notes]), *body.splitlines())]
     return "\n".join(out) + "\n"

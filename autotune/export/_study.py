@@ -15,10 +15,10 @@ from pathlib import Path
 import optuna
 import yaml
 
+from autotune.engine import command_launcher, command_model_and_flags, model_args
 from autotune.errors import ExportError
 from autotune.export._seam import exporter_for
 from autotune.export._yaml import ExportedConfig, build_export, canonical_flags, config_to_argv, write_text
-from autotune.space import flag_pairs
 from autotune.study import (
     TrialRecord,
     baseline_trial,
@@ -36,31 +36,21 @@ __all__ = [
     "measured_launcher",
 ]
 
-_PER_TRIAL = {"--host", "--port"}
-
 
 def measured_engine_argv(command: Sequence[str]) -> tuple[str, list[str]]:
-    """(model, engine flags) of a stored trial command: ``vllm serve MODEL --flags...`` or
-    ``python -P -m vllm.entrypoints.openai.api_server --model MODEL --flags...``; the per-trial
-    ``--host``/``--port`` dropped."""
-    first = next((i for i, tok in enumerate(command) if tok.startswith("--")), len(command))
-    head, flags = list(command[:first]), list(command[first:])
-    pairs = flag_pairs(flags)
-    model = next((v for n, v in pairs if n == "--model" and v), None)
+    """(model, engine flags) of a stored trial command (the engine reads it, see
+    :func:`~autotune.engine.command_model_and_flags`); the per-trial ``--host``/``--port`` dropped."""
+    model, head, kept = command_model_and_flags(command)
     if model is None:
         if len(head) < 3:
             raise ExportError(f"cannot find the model in the stored command {' '.join(command)!r}")
         model = head[-1]
-    kept = [(n, v) for n, v in pairs if n not in _PER_TRIAL and n != "--model"]
     return model, [tok for n, v in kept for tok in ((n,) if v is None else (n, v))]
 
 
 def measured_launcher(command: Sequence[str]) -> tuple[str, ...]:
-    """How a stored trial command started vLLM: ``("vllm", "serve")`` of ``vllm serve MODEL ...``, or
-    ``(python, "-P", "-m", "vllm.entrypoints.openai.api_server")`` (the model given by ``--model``)."""
-    first = next((i for i, tok in enumerate(command) if tok.startswith("--")), len(command))
-    head = tuple(command[:first])
-    return head[:-1] if head[-2:-1] == ("serve",) else head
+    """How a stored trial command started the engine (``("vllm", "serve")``, or the API server's module)."""
+    return command_launcher(command)
 
 
 def absolute_model(model: str) -> str:
@@ -229,7 +219,7 @@ def export_best(
             f"({' '.join(written)} vs {' '.join(flags)}); nothing was written"
         )
     if check is not None:
-        error = check(["--model", str(exported.config["model"]), *written])
+        error = check([*model_args(str(exported.config["model"])), *written])
         if error:
             raise ExportError(f"vLLM's parser rejects the exported config: {error}; nothing was written")
     text = exporter.render({os.path.basename(str(exported.config["model"])) or "model": exported})

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import importlib.metadata
-import json
 import os
 import shlex
 import shutil
 import sys
 import tempfile
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,27 +16,30 @@ from typing import Any
 
 import yaml
 
-from autotune.errors import ExportError
-from autotune.space import flag_pairs
+from autotune.engine import (
+    API_SERVER_MODULE,
+    SERVE_LAUNCHER,
+    args_to_config,
+    canonical_flags,
+    config_command,
+    config_to_argv,
+    model_args,
+)
+from autotune.errors import ConfigError, ExportError
 
 __all__ = [
-    "SERVE_LAUNCHER",
     "ExportedConfig",
     "VllmConfigExporter",
     "args_to_config",
     "build_export",
     "canonical_flags",
+    "config_to_args",
     "config_to_argv",
     "render_vllm_config",
     "runnable_launcher",
     "write_export",
     "write_text",
 ]
-
-# Set by autotune for each trial, meaningless in deployment.
-_DROP = {"--host", "--port"}
-SERVE_LAUNCHER = ("vllm", "serve")
-API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 
 
 def _serve_script_runs() -> bool:
@@ -64,59 +65,18 @@ def runnable_launcher(launcher: Sequence[str]) -> tuple[str, ...]:
     return (sys.executable, "-m", API_SERVER_MODULE)
 
 
-def typed_value(value: str) -> Any:
-    """Keep a flag value's type in YAML: ints and floats as numbers, JSON objects as mappings."""
-    if value.startswith("{"):
-        try:
-            return json.loads(value)
-        except json.JSONDecodeError:
-            return value
-    for cast in (int, float):
-        try:
-            return cast(value)
-        except ValueError:
-            continue
-    return value
-
-
-def args_to_config(argv: Sequence[str]) -> dict[str, Any]:
-    """``["--block-size", "32", "--no-enable-prefix-caching"]`` -> ``{"block-size": 32,
-    "no-enable-prefix-caching": True}``. A ``--no-x`` flag is written as ``no-x: true``: older
-    ``vllm serve --config`` silently drop ``x: false``."""
+def config_to_args(path: Path) -> tuple[str, list[str]]:
+    """A ``vllm serve --config`` YAML -> (model or "", argv without the model), as vLLM reads it: the one
+    reader of an exported or deployed file (the nightly's incumbent, ``compare``'s configs)."""
     try:
-        pairs = flag_pairs(argv)
-    except ValueError as exc:
-        raise ExportError(f"cannot export argument {exc.args[0]!r}: expected a --flag") from None
-    out: dict[str, Any] = {}
-    for name, value in pairs:
-        if name in _DROP:
-            continue
-        out[name[2:].replace("_", "-")] = True if value is None else typed_value(value)  # vLLM reads both
-    return out
-
-
-def config_to_argv(config: Mapping[str, Any]) -> list[str]:
-    """The inverse of :func:`args_to_config`, as ``vllm serve --config`` expands a YAML file."""
-    argv: list[str] = []
-    for key, value in config.items():
-        flag = "--" + str(key).replace("_", "-")
-        if isinstance(value, bool):
-            argv.append(flag if value else "--no-" + flag[2:])
-        elif isinstance(value, dict):
-            argv += [flag, json.dumps(value, sort_keys=True)]
-        elif isinstance(value, list):
-            argv += [flag, *(str(v) for v in value)]
-        else:
-            argv += [flag, str(value)]
-    return argv
-
-
-def canonical_flags(argv: Sequence[str]) -> Counter[tuple[str, str | None]]:
-    """Flags as vLLM reads them: ``_`` = ``-``, JSON by content, numbers by value."""
-    return Counter(
-        (n.replace("_", "-"), None if v is None else json.dumps(typed_value(v), sort_keys=True))
-        for n, v in flag_pairs(argv)
-    )
+        data = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"{path}: cannot read the config: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a vLLM config is a mapping of flag names to values")
+    model = str(data.pop("model", "") or "")
+    argv = config_to_argv(data)
+    return model, argv
 
 
 def numerics_lines(tuned: Mapping[str, Any]) -> list[str]:
@@ -143,7 +103,7 @@ class ExportedConfig:
 
     def deploy_command(self, config_path: str | Path) -> str:
         """The command that serves this config from ``config_path`` with the vLLM found here."""
-        return " ".join(shlex.quote(a) for a in (*self.launcher, "--config", str(config_path)))
+        return " ".join(shlex.quote(a) for a in config_command(self.launcher, str(config_path)))
 
 
 def build_export(
@@ -174,7 +134,7 @@ def build_export(
     )
     env_prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
     head = " ".join(shlex.quote(a) for a in run)
-    where = shlex.quote(model) if run[-1:] == ("serve",) else f"--model {shlex.quote(model)}"
+    where = shlex.quote(model) if run[-1:] == ("serve",) else shlex.join(model_args(model))
     command = f"{env_prefix + ' ' if env_prefix else ''}{head} {where} {flags}".strip()
     deploy = f"deploy: {head} --config THIS_FILE"
     lines = (*header_lines, *numerics_lines(tuned))

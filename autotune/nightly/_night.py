@@ -32,7 +32,7 @@ from typing import Protocol
 
 import optuna
 
-from autotune.export import export_best, exports_the_same
+from autotune.export import config_to_args, export_best, exports_the_same
 from autotune.nightly._decide import Candidate, candidates_of, no_candidate_reason, worse_reason
 from autotune.nightly._history import NIGHT_ATTR, NightRecord, nights, save_night
 from autotune.nightly._plan import make_plan
@@ -41,7 +41,7 @@ from autotune.nightly._tonight import NightOptions, _Night, begin_night, remeasu
 from autotune.nightly._verdict import figure_of, regression, regression_against_baseline
 from autotune.space import RenderedConfig
 from autotune.study import TrialHooks, TrialReport, figure_text, run_study
-from autotune.trial import compare_configs, config_to_args, significant_gain
+from autotune.trial import compare_configs, significant_gain
 from autotune.tuning import TrialScope, TuningSetup
 
 __all__ = ["NightDecision", "NightOptions", "NightSteps", "engine_night", "run_night"]

@@ -4,7 +4,6 @@ history as lines for ``autotune nightly history``."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -12,11 +11,11 @@ from typing import Any
 
 import optuna
 
+from autotune.engine import block_size_of
 from autotune.errors import AutotuneError, StudyNotFoundError
 from autotune.nightly._fingerprint import model_tokenizer
 from autotune.nightly._history import NightRecord, figure_range, nights, save_night
 from autotune.report import write_nightly_index, write_plotly_js, write_study_report
-from autotune.space import flag_pairs
 from autotune.study import open_storage, redact_url, resolve_storage_url
 from autotune.tuning import GROUP_FINGERPRINT_ATTR, TuningSetup
 from autotune.workload import inspect_workload
@@ -27,12 +26,10 @@ log = logging.getLogger(__name__)
 
 
 def _block_size(args: list[str] | None, platform: str) -> int:
-    """The command's ``--block-size``, else vLLM's default on this platform (CPU 128, CUDA 16)."""
-    for name, value in flag_pairs(args or []):
-        if name == "--block-size" and value:
-            with contextlib.suppress(ValueError):
-                return int(value)
-    return 128 if platform == "cpu" else 16
+    """The command's block size (the engine reads it), else vLLM's default on this platform (CPU 128,
+    CUDA 16)."""
+    written = block_size_of(args)
+    return written if written is not None else (128 if platform == "cpu" else 16)
 
 
 def night_workload_facts(setup: TuningSetup, record: NightRecord) -> dict[str, Any]:

@@ -10,11 +10,13 @@ from typing import Any
 
 import optuna
 
+from autotune.engine import same_flags
+from autotune.export import config_to_args
 from autotune.nightly._fingerprint import describe_changes, fingerprints, workload_changes
 from autotune.nightly._history import NIGHT_ATTR, NightRecord, last_night, nights
 from autotune.nightly._plan import NightPlan, _Clock, measured_run_cost, open_clock, promotion_rounds
 from autotune.nightly._verdict import Band, figure_of, noise_band
-from autotune.space import RenderedConfig, flag_pairs
+from autotune.space import RenderedConfig
 from autotune.study import (
     REFERENCE_ATTR,
     TrialHooks,
@@ -24,7 +26,7 @@ from autotune.study import (
     render_reference,
     run_study,
 )
-from autotune.trial import VllmEvaluator, config_to_args
+from autotune.trial import VllmEvaluator
 from autotune.tuning import TrialScope, TuningSetup
 
 __all__ = ["NightOptions", "NightState", "begin_night", "remeasure"]
@@ -130,10 +132,7 @@ def _same(setup: TuningSetup, a: RenderedConfig, b: RenderedConfig) -> bool:
     baseline flags added, flag order aside (a deployed file holds every flag of its command, a
     study's baseline none: the run's export of its baseline is that baseline, one arm, not two)."""
 
-    def command(c: RenderedConfig) -> list[tuple[str, str | None]]:
-        return sorted(flag_pairs(setup.engine_argv(c.args), positional=[]), key=lambda p: (p[0], p[1] or ""))
-
-    return command(a) == command(b) and dict(a.env) == dict(b.env)
+    return same_flags(setup.engine_argv(a.args), setup.engine_argv(b.args)) and dict(a.env) == dict(b.env)
 
 
 def _incumbent(

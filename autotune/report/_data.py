@@ -16,9 +16,10 @@ from typing import Any
 import numpy as np
 import optuna
 
+from autotune.engine import flags_less
 from autotune.errors import ExportError
 from autotune.export import measured_engine_argv
-from autotune.space import RoleNames, flag_pairs
+from autotune.space import RoleNames
 from autotune.study import TrialRecord, baseline_trial, best_feasible, constraints_hold, read_record
 from autotune.trial import read_request_timings
 
@@ -161,11 +162,10 @@ def _model_and_fixed(row: TrialRow | None) -> tuple[str | None, tuple[str, ...]]
         return None, ()
     try:
         model, flags = measured_engine_argv(row.record.command)
-        tuned = {n for n, _ in flag_pairs(list(row.record.rendered_args))}
-        kept = [(n, v) for n, v in flag_pairs(flags) if n not in tuned]
+        kept = flags_less(flags, row.record.rendered_args)
     except (ExportError, ValueError):  # a command we cannot read: the report shows it as stored
         return None, ()
-    return model, tuple(tok for n, v in kept for tok in ((n,) if v is None else (n, v)))
+    return model, tuple(kept)
 
 
 def collect(study: optuna.Study) -> StudyFacts:

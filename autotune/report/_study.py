@@ -10,6 +10,7 @@ from typing import Any
 
 import optuna
 
+from autotune.engine import host_pool_flag
 from autotune.errors import StorageError
 from autotune.report._capacity import capacity_study_section
 from autotune.report._data import FIGURE_COLUMNS, StudyFacts, TrialRow, collect
@@ -298,14 +299,12 @@ def _memory_section(facts: StudyFacts, working_set: int | None) -> str:
 
 def _offload(row: TrialRow, pool: str | None) -> str:
     """The CPU KV offload pool of a trial: the space's host-pool parameter ``pool`` (rendered per
-    profile), else a fixed ``--kv-offloading-size`` or LMCache's size variable, as written."""
+    profile), else a host pool fixed by a flag (the engine reads it) or LMCache's size variable, as written."""
     if pool is not None and pool in row.params:
         return f"{row.params[pool]} GiB"
-    tokens = list(row.record.command)
-    for i, tok in enumerate(tokens):
-        name, _, inline = tok.partition("=")
-        if name == "--kv-offloading-size":
-            return f"{inline or (tokens[i + 1] if i + 1 < len(tokens) else '')} GiB"
+    written = host_pool_flag(row.record.command)
+    if written is not None:
+        return f"{written} GiB"
     env = row.record.rendered_env
     if "LMCACHE_MAX_LOCAL_CPU_SIZE" in env:
         return f"{env['LMCACHE_MAX_LOCAL_CPU_SIZE']} GB (LMCache)"

@@ -15,13 +15,15 @@ from autotune.studyfile._file import (
     study_record,
 )
 from autotune.studyfile._group import GROUP_MODES, GroupFile, GroupMode, load_group_file, parse_bytes
-from autotune.studyfile._model import COMMANDS, EXPORT_FORMATS, ExportFormat, StudySpec
+from autotune.studyfile._model import COMMANDS, ENGINES, EXPORT_FORMATS, EngineName, ExportFormat, StudySpec
 from autotune.studyfile._render import commented_study_file
 
 __all__ = [
     "COMMANDS",
+    "ENGINES",
     "EXPORT_FORMATS",
     "GROUP_MODES",
+    "EngineName",
     "ExportFormat",
     "GroupFile",
     "GroupMode",

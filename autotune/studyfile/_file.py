@@ -229,10 +229,13 @@ def study_record(spec: StudySpec) -> dict[str, Any]:
 
 def _in_fingerprint(name: str, data: Mapping[str, object]) -> bool:
     """A fingerprint field; one that matters only with another key's value (``fingerprint_when``:
-    the capacity options, with ``objective: capacity``) only then, so studies made before it was
-    added keep their hash."""
+    the capacity options, with ``objective: capacity``) only then, and one with a
+    ``fingerprint_unless`` value (``engine: vllm``) only at another value, so studies made before it
+    was added keep their hash."""
     meta = field_meta(name)
     when = meta.get("fingerprint_when")
+    if "fingerprint_unless" in meta and data.get(name) == meta["fingerprint_unless"]:
+        return False  # the default, which studies made before the key measured with
     return bool(meta.get("fingerprint")) and (when is None or data.get(when[0]) == when[1])
 
 

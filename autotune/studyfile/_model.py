@@ -9,6 +9,8 @@ Each field's ``json_schema_extra`` says where it applies:
 - ``flag`` / ``short``: the option's name when it is not ``--field-name``;
 - ``cli_only``: an action of one invocation (``--dry-run``, ``--index``), not a key of a study file;
 - ``fingerprint``: it changes what is measured or how it is judged (part of the study's fingerprint);
+  ``fingerprint_unless``: only when it is not this value (the default, which studies made before the
+  key existed measured with), so their hash is unchanged;
 - ``defaults``: a default of its own for some command (``rounds``: 2 a night, 3 for ``compare``);
 - ``per_run``: how much or where one invocation runs (trials, budget, GPUs, storage), not what the study
   is: a worker joining a study does not take it from the study's record.
@@ -23,12 +25,15 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from autotune.studyfile._duration import parse_duration
 
-__all__ = ["COMMANDS", "EXPORT_FORMATS", "ExportFormat", "StudySpec"]
+__all__ = ["COMMANDS", "ENGINES", "EXPORT_FORMATS", "EngineName", "ExportFormat", "StudySpec"]
 
 COMMANDS = ("run", "worker", "nightly", "compare")
 # What the best configuration is written as (autotune/export/: one exporter per format)
 ExportFormat = Literal["vllm-config", "helm-values"]
 EXPORT_FORMATS: tuple[str, ...] = get_args(ExportFormat)
+# The inference engine a study tunes (autotune/engine/: one implementation of its Engine seam each)
+EngineName = Literal["vllm"]
+ENGINES: tuple[str, ...] = get_args(EngineName)
 _MEASURE = COMMANDS
 _STUDY = ("run", "worker", "nightly")
 
@@ -46,6 +51,7 @@ def _opt(
     defaults: dict[str, Any] | None = None,
     per_run: bool | None = None,
     fingerprint_when: tuple[str, str] | None = None,
+    fingerprint_unless: Any = None,
 ) -> Any:
     extra: dict[str, Any] = {"commands": list(commands), "cli_only": cli_only, "fingerprint": fingerprint}
     # per_run: how much or where this invocation runs, not what the study is (a worker does not inherit it)
@@ -60,6 +66,8 @@ def _opt(
         extra["defaults"] = defaults
     if fingerprint_when:
         extra["fingerprint_when"] = list(fingerprint_when)
+    if fingerprint_unless is not None:
+        extra["fingerprint_unless"] = fingerprint_unless
     return Field(default, description=help, json_schema_extra=extra)
 
 
@@ -116,6 +124,12 @@ class StudySpec(BaseModel):
     )  # fmt: skip
 
     # --- the engine and the model --------------------------------------------------------------
+    engine: EngineName = _opt(
+        "vllm",
+        "Inference engine to tune: vllm (the only one today).",
+        fingerprint=True,
+        fingerprint_unless="vllm",
+    )
     model: str | None = _opt(None, "Model directory or name, as vLLM takes it.", short="-m", fingerprint=True)
     profile: str | None = _opt(
         None, "Engine profile: cuda-native, cuda-lmcache, ascend or cpu (how offload knobs reach the engine). "

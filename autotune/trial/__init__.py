@@ -17,7 +17,7 @@ from autotune.trial._compare import (
 )
 from autotune.trial._evaluator import VllmEvaluator, no_success_reason
 from autotune.trial._fit_requests import check_request_sizes, model_max_len
-from autotune.trial._memory_guard import PP_FLAGS, TP_FLAGS, MemoryGuard, clamp_space, flag_int
+from autotune.trial._memory_guard import MemoryGuard, clamp_space
 from autotune.trial._passes import (
     DEV_MODE_ENV,
     MAX_AUTO_PASSES,
@@ -32,8 +32,6 @@ from autotune.trial._requests import read_request_timings, write_request_timings
 __all__ = [
     "DEV_MODE_ENV",
     "MAX_AUTO_PASSES",
-    "PP_FLAGS",
-    "TP_FLAGS",
     "ArmSummary",
     "Comparison",
     "MemoryGuard",
@@ -46,7 +44,6 @@ __all__ = [
     "compare_configs",
     "compare_recorded",
     "config_to_args",
-    "flag_int",
     "model_max_len",
     "no_success_reason",
     "parse_passes",

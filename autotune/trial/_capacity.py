@@ -114,7 +114,9 @@ async def measure_level(
         queue=watch.result(),
     )
     delta = (
-        MetricsDelta.between(before, after, ctx.host_sources, ctx.metric_names) if before and after else None
+        MetricsDelta.between(before, after, ctx.host_sources, names=ctx.metric_names)
+        if before and after
+        else None
     )
     delivered = delivered_share(result.timings)
     held, broke = level_verdict(figures, plan.slos_ms, plan.max_failed, delivered=delivered)

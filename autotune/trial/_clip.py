@@ -14,31 +14,19 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from autotune.engine import sizes_memory
 from autotune.space import (
     HOST_POOL_FIELDS,
     MEMORY_ROLES,
     Parameter,
     SearchSpace,
     describe_values,
-    flag_stem,
     render_values,
 )
 from autotune.trial._memory_guard import MemoryGuard
 
-__all__ = ["MEMORY_STEMS", "clip_space"]
+__all__ = ["clip_space"]
 
-# What the memory guard reads of a command (autotune/engine/_sizing.py), as flag stems.
-MEMORY_STEMS = frozenset(
-    {
-        "gpu-memory-utilization",
-        "kv-cache-memory-bytes",
-        "block-size",
-        "max-num-batched-tokens",
-        "max-num-seqs",
-        "kv-offloading-size",
-        "kv-cache-dtype",
-    }
-)
 GRID_LIMIT = 20_000  # configurations checked at most (a few seconds); a larger grid is not clipped
 
 
@@ -49,7 +37,7 @@ def _reads_memory(p: Parameter) -> bool:
     if p.role in MEMORY_ROLES:
         return True
     if p.flag is not None:
-        return flag_stem(p.flag) in MEMORY_STEMS
+        return sizes_memory(p.flag)
     return p.json_flag is not None and bool(p.json_keys) and p.json_keys[-1] in HOST_POOL_FIELDS
 
 

@@ -15,10 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from autotune.errors import ConfigError
-from autotune.export import config_to_argv
+from autotune.export import config_to_args
 from autotune.metrics import COMPARED, Source, shown_in
 from autotune.space import RenderedConfig
 from autotune.study import Evaluator, TrialRecord
@@ -35,20 +33,9 @@ __all__ = [
 
 _FIGURES = shown_in(COMPARED, sources=(Source.LATENCY, Source.RATE))  # the replay's figures
 _ENGINE_FIGURES = shown_in(COMPARED, sources=(Source.ENGINE,))  # the engine's counters beside them
+# config_to_args is read in export/ (the one reader of a vLLM config file) and named here too for
+# cli/compare.py, until it imports it from export/.
 DISAGREE_FACTOR = 1.5  # runs of one arm further apart than this are flagged (restart noise: 5-25%)
-
-
-def config_to_args(path: Path) -> tuple[str, list[str]]:
-    """A ``vllm serve --config`` YAML -> (model or "", argv without the model), as vLLM reads it."""
-    try:
-        data = yaml.safe_load(Path(path).read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"{path}: cannot read the config: {exc}") from exc
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: a vLLM config is a mapping of flag names to values")
-    model = str(data.pop("model", "") or "")
-    argv = config_to_argv(data)
-    return model, argv
 
 
 @dataclass(frozen=True)

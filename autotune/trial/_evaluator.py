@@ -324,7 +324,9 @@ class VllmEvaluator:
     def _delta(self, before: MetricsSnapshot | None, after: MetricsSnapshot | None) -> MetricsDelta | None:
         if not (before and after):
             return None
-        return MetricsDelta.between(before, after, self.host_sources, self.engine.endpoints.metric_names)
+        return MetricsDelta.between(
+            before, after, self.host_sources, names=self.engine.endpoints.metric_names
+        )
 
     async def _run_passes(self, live: _Live) -> PassRun:
         """The planned passes, the prefix cache emptied between them; stops early when pruned or

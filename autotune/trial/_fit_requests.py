@@ -9,6 +9,7 @@ import dataclasses
 import logging
 from pathlib import Path
 
+from autotune.engine import fixed_max_model_len
 from autotune.errors import WorkloadError
 from autotune.space import FlagPairs
 from autotune.workload import ModelTokenizer, PromptTokenizer, Workload, count_tokens, load_tokenizer
@@ -20,13 +21,13 @@ ABSURD_MAX_TOKENS = 1_000_000
 
 
 def model_max_len(model: str, fixed: FlagPairs) -> int | None:
-    """``--max-model-len`` among the fixed flags, else the model's ``max_position_embeddings``."""
-    for name, value in fixed:
-        if name.replace("_", "-") == "--max-model-len" and value:
-            try:
-                return int(value)
-            except ValueError:
-                return None  # vLLM's own parser reports it
+    """The fixed flags' maximum model length, else the model's ``max_position_embeddings``."""
+    try:
+        written = fixed_max_model_len(fixed)
+    except ValueError:
+        return None  # vLLM's own parser reports it
+    if written is not None:
+        return written
     from autotune.errors import ConfigError
     from autotune.memory import ModelShape
 

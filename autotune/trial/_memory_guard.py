@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from autotune.engine import EngineSizing, sizing_from_argv
+from autotune.engine import HOST_POOL_FLAGS, EngineSizing, sizing_from_argv
 from autotune.memory import (
     DEFAULT_HOST_SHARE,
     HOST_MEMORY_ENV,
@@ -41,7 +41,7 @@ from autotune.memory import (
 )
 from autotune.space import SearchSpace
 
-__all__ = ["PP_FLAGS", "TP_FLAGS", "MemoryGuard", "clamp_space", "flag_int", "parallel_ranks"]
+__all__ = ["MemoryGuard", "clamp_space"]
 
 log = logging.getLogger(__name__)
 
@@ -91,9 +91,10 @@ class MemoryGuard:
 
     def check(self, engine_argv: Sequence[str], facts: MachineFacts | None = None) -> FeasibilityVerdict:
         """Would this command fit the machine (``facts``: one reading of it; default: read now)?"""
-        request = self._request(engine_argv)
+        sizing = self.sizing(engine_argv)
+        request = self._request(sizing)
         facts = facts if facts is not None else read_machine_facts(self.probe)
-        ranks = parallel_ranks(engine_argv)
+        ranks = sizing.ranks
         if self.platform != "cuda" or (ranks == 1 and self.gpus is None):
             return check_feasibility(request, facts, host_share=self.host_share)  # the first visible GPU
         if len(facts.gpus) < ranks:
@@ -105,7 +106,7 @@ class MemoryGuard:
                 ),
                 estimate=None,
             )
-        tp = flag_int(engine_argv, TP_FLAGS) or 1
+        tp = sizing.tensor_parallel_size
         per_rank = dataclasses.replace(
             request,
             shape=dataclasses.replace(request.shape, num_kv_heads=max(1, request.shape.num_kv_heads // tp)),
@@ -137,16 +138,9 @@ class MemoryGuard:
         s = self.sizing(engine_argv)
         return self._served(s)[0].kv_bytes_per_token(s.kv_cache_dtype)
 
-    def _request(self, engine_argv: Sequence[str]) -> FeasibilityInput:
-        s = self.sizing(engine_argv)
+    def _request(self, s: EngineSizing) -> FeasibilityInput:
         shape, weights = self._served(s)
-        # vllm-ascend's CPUOffloadingConnector and vLLM's native offload on CUDA both map their whole
-        # host pool from /dev/shm (cpu_kv_cache_*, vllm_offload_*.mmap); LMCache keeps it in the heap.
-        joined = " ".join(engine_argv)
-        in_shm = "CPUOffloadingConnector" in joined or (
-            "--kv-offloading-size" in joined and "lmcache" not in joined.lower() and self.platform == "cuda"
-        )
-        shm_pool = s.offload_bytes if in_shm else 0
+        shm_pool = s.offload_bytes if s.host_pool_in_shm else 0
         return FeasibilityInput(
             shape=shape,
             weight_bytes=weights,
@@ -195,37 +189,12 @@ class MemoryGuard:
         return time.monotonic() - t0
 
 
-OFFLOAD_FLAGS = ("--kv-offloading-size",)
-TP_FLAGS = ("--tensor-parallel-size", "--tensor_parallel_size", "-tp")
-PP_FLAGS = ("--pipeline-parallel-size", "--pipeline_parallel_size", "-pp")
-
-
-def flag_int(argv: Sequence[str], names: Sequence[str]) -> int | None:
-    """The last value of one of ``names`` in ``argv`` (``--x 2`` or ``--x=2``), None when absent."""
-    found: int | None = None
-    for i, token in enumerate(argv):
-        name, eq, value = token.partition("=")
-        if name not in names:
-            continue
-        text = value if eq else (argv[i + 1] if i + 1 < len(argv) else "")
-        try:
-            found = int(text)
-        except ValueError:
-            continue
-    return found
-
-
-def parallel_ranks(engine_argv: Sequence[str]) -> int:
-    """GPUs one engine of this command occupies: tensor-parallel x pipeline-parallel size."""
-    return max(1, flag_int(engine_argv, TP_FLAGS) or 1) * max(1, flag_int(engine_argv, PP_FLAGS) or 1)
-
-
 def clamp_space(space: SearchSpace, facts: MachineFacts, host_share: float) -> SearchSpace:
     """Drop offload-pool sizes above ``host_share`` of available host memory before the study starts
     (logged in the study's log), so the sampler never proposes a pool that would make the host swap."""
     params = dict(space.parameters)
     pool = space.roles.kv_pool  # the host pool by role, and any parameter that renders a pool flag
-    pools = [n for n, p in space.tunable.items() if n == pool or p.flag in OFFLOAD_FLAGS]
+    pools = [n for n, p in space.tunable.items() if n == pool or p.flag in HOST_POOL_FLAGS]
     if pools and facts.host_growth:
         log.warning(
             "offload pools (%s) are capped at %.0f%% of the %.1f GiB host memory available now, but this "

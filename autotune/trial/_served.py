@@ -9,7 +9,7 @@ from typing import Protocol
 
 import httpx
 
-from autotune.engine import Engine, LaunchSpec
+from autotune.engine import Engine, LaunchSpec, served_name
 
 __all__ = ["RunningServer", "Served", "served_model"]
 
@@ -45,4 +45,4 @@ async def served_model(client: httpx.AsyncClient, base_url: str, engine: Engine,
             return str(data[0]["id"])
     except (httpx.HTTPError, ValueError, KeyError):
         pass
-    return spec.fixed_value("--served-model-name") or spec.model
+    return served_name(spec.fixed_args) or spec.model

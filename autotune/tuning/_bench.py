@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 
 from autotune.bench import ArrivalSpec, ServerFacts, probe_server, replay_client, server_root
-from autotune.engine import VLLM, Engine, LaunchSpec
+from autotune.engine import Engine, LaunchSpec, engine_named
 from autotune.study import Objective, TrialRecord, parse_slo
 from autotune.studyfile import StudySpec
 from autotune.trial import PassPlan, VllmEvaluator, parse_passes
@@ -54,10 +54,11 @@ class BenchResult:
         }
 
 
-def bench_server(choices: StudySpec, url: str, *, engine: Engine = VLLM) -> BenchResult:
+def bench_server(choices: StudySpec, url: str, *, engine: Engine | None = None) -> BenchResult:
     """Check the server at ``url`` (reachable, takes the key, serves the model), then measure it (with
     ``choices.objective == "capacity"``: bracket its capacity at the SLOs, never restarting it).
     Raises :class:`~autotune.errors.ServerRefused` (exit 2) before any request is replayed."""
+    engine = engine if engine is not None else engine_named(choices.engine)
     workload = _load(choices)
     arrival = arrival_spec(choices, workload)
     passes = parse_passes(choices.passes)

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import optuna
 
-from autotune.engine import LaunchSpec
+from autotune.engine import LaunchSpec, transfer_config
 from autotune.space import RenderedConfig, render_values
 from autotune.study import suggest_values
 from autotune.tuning._setup import TuningSetup
@@ -35,13 +34,6 @@ def _env_shown(spec: LaunchSpec, rendered: RenderedConfig) -> dict[str, str]:
     if spec.api_key:
         env["VLLM_API_KEY"] = "***"
     return env
-
-
-def _transfer_config(argv: list[str]) -> dict[str, Any] | None:
-    if "--kv-transfer-config" in argv:
-        parsed: dict[str, Any] = json.loads(argv[argv.index("--kv-transfer-config") + 1])
-        return parsed
-    return None
 
 
 def preview_commands(
@@ -75,7 +67,7 @@ def preview_commands(
                 params=values,
                 argv=tuple(argv),
                 env=_env_shown(spec, rendered),
-                transfer_config=_transfer_config(argv),
+                transfer_config=transfer_config(argv),
                 parser_error=error,
                 fit_reasons=tuple(reasons),
             )

@@ -29,10 +29,9 @@ from typing import Any
 
 import optuna
 
-from autotune.engine import GpuLease
+from autotune.engine import PP_FLAGS, TP_FLAGS, GpuLease, flag_int
 from autotune.errors import ConfigError
 from autotune.memory import MachineFacts, MachineProbe, read_machine_facts
-from autotune.trial import PP_FLAGS, TP_FLAGS, flag_int
 from autotune.tuning._setup import TuningSetup
 
 __all__ = [

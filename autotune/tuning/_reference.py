@@ -15,12 +15,13 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from autotune.engine import MEMORY_KNOB_FLAGS
 from autotune.space import FlagPairs, Parameter, SearchSpace, describe_values, render_values
 
 __all__ = ["BaselinePlan", "plan_baseline", "recheck_baseline"]
 
-# Parameters whose smaller values make a configuration need less memory, in the order tried.
-_MEMORY_KNOBS = ("--gpu-memory-utilization", "--kv-cache-memory-bytes")
+# Parameters whose smaller values make a configuration need less memory, in the order tried (the engine's).
+_MEMORY_KNOBS = MEMORY_KNOB_FLAGS
 
 
 class FitCheck(Protocol):

@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 from autotune.bench import ArrivalSpec
 from autotune.bench._capacity import CapacityPlan, arrival_span, base_request_rate
-from autotune.engine import VLLM, ArgChecker, Engine, EngineProfile, LaunchSpec
+from autotune.engine import ArgChecker, Engine, EngineProfile, LaunchSpec, engine_named
 from autotune.errors import ConfigError
 from autotune.memory import read_machine_facts
 from autotune.space import (
@@ -321,9 +321,10 @@ def _load(choices: StudySpec) -> Workload:
 
 
 @contextmanager
-def build_setup(choices: StudySpec, *, engine: Engine = VLLM) -> Iterator[TuningSetup]:
-    """Validate ``choices`` and build the parts; the argument checker is closed on exit."""
-    setup = _build(choices, engine)
+def build_setup(choices: StudySpec, *, engine: Engine | None = None) -> Iterator[TuningSetup]:
+    """Validate ``choices`` and build the parts; the argument checker is closed on exit. ``engine``:
+    the study file's (``engine: vllm``) unless given (a test's double)."""
+    setup = _build(choices, engine if engine is not None else engine_named(choices.engine))
     try:
         yield setup
     finally:

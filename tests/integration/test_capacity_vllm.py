@@ -19,9 +19,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from autotune.bench import VLLM_METRICS, ArrivalSpec, ReplayTarget, replay_client
+from autotune.bench import ArrivalSpec, ReplayTarget, replay_client
 from autotune.bench._capacity import CapacityPlan, base_request_rate
-from autotune.engine import VLLM, LaunchSpec
+from autotune.engine import VLLM, VLLM_METRICS, LaunchSpec
 from autotune.engine._launch import CPU_LAUNCHER, parse_engine_args
 from autotune.space import RenderedConfig
 from autotune.trial import DEV_MODE_ENV

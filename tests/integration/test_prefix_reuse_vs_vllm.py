@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from autotune.bench import ArrivalSpec, MetricsDelta, ReplayTarget, replay, scrape_metrics
-from autotune.engine import EngineProcess, LaunchSpec
+from autotune.engine import VLLM_METRICS, EngineProcess, LaunchSpec
 from autotune.engine._launch import CPU_LAUNCHER, parse_engine_args
 from autotune.space import RenderedConfig
 from autotune.workload import inspect_workload, load_tokenizer, load_workload
@@ -26,13 +26,13 @@ BELOW, ABOVE = 0.08, 0.01
 async def _replay_and_scrape(eng: EngineProcess, wl_path: Path) -> MetricsDelta:
     wl = load_workload(wl_path)
     async with httpx.AsyncClient(trust_env=False, timeout=120) as client:
-        before = await scrape_metrics(client, eng.base_url)
+        before = await scrape_metrics(client, eng.base_url, VLLM_METRICS)
         target = ReplayTarget(base_url=eng.base_url, model=str(eng.spec.model))
         result = await replay(client, target, wl, ArrivalSpec(mode="timestamps", speed=4.0))
-        after = await scrape_metrics(client, eng.base_url)
+        after = await scrape_metrics(client, eng.base_url, VLLM_METRICS)
     assert all(t.ok for t in result.timings), [t.error for t in result.timings if not t.ok]
     assert before is not None and after is not None
-    return MetricsDelta.between(before, after)
+    return MetricsDelta.between(before, after, names=VLLM_METRICS)
 
 
 def test_multi_turn_hit_rate_matches_inspect_prediction(tmp_path: Path, tiny_model: Path, mark: str) -> None:

@@ -9,6 +9,7 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from autotune.bench import MetricsDelta, parse_metrics, scrape_metrics
+from autotune.engine import VLLM_METRICS
 
 LABELS = ["model_name", "engine"]
 
@@ -57,7 +58,7 @@ def test_snapshot_reads_counters_by_their_total_name_and_skips_created_and_bucke
     text = m.text()
     assert "vllm:prefix_cache_queries_created" in text  # present in the text, ignored by the parser
 
-    snap = parse_metrics(text)
+    snap = parse_metrics(text, VLLM_METRICS)
     assert snap.get("vllm:prefix_cache_queries_total") == 1000
     assert snap.get("vllm:prefix_cache_hits_total") == 250
     assert snap.get("vllm:time_to_first_token_seconds_count") == 2
@@ -71,14 +72,14 @@ def test_snapshot_reads_counters_by_their_total_name_and_skips_created_and_bucke
 def test_delta_over_a_run_reports_hit_rates_and_server_ttft() -> None:
     m = FakeVllmMetrics()
     _run(m, queries=500, hits=100, host=0, device=100, ttfts=[1.0])  # warm-up, before the run
-    before = parse_metrics(m.text())
+    before = parse_metrics(m.text(), VLLM_METRICS)
     _run(m, queries=1000, hits=600, host=200, device=400, ttfts=[0.1, 0.3])
     m.preemptions.labels("tiny", "0").inc(3)
     m.load_bytes.labels("tiny", "0").inc(4096)
     m.usage.labels("tiny", "0").set(0.75)
-    after = parse_metrics(m.text())
+    after = parse_metrics(m.text(), VLLM_METRICS)
 
-    d = MetricsDelta.between(before, after)
+    d = MetricsDelta.between(before, after, names=VLLM_METRICS)
     assert d.prefix_cache_queries == 1000
     assert d.prefix_cache_hits == 600
     assert d.prefix_hit_rate == pytest.approx(0.6)
@@ -93,8 +94,8 @@ def test_delta_over_a_run_reports_hit_rates_and_server_ttft() -> None:
 
 
 def test_delta_with_no_traffic_has_no_rates() -> None:
-    snap = parse_metrics(FakeVllmMetrics().text())
-    d = MetricsDelta.between(snap, snap)
+    snap = parse_metrics(FakeVllmMetrics().text(), VLLM_METRICS)
+    d = MetricsDelta.between(snap, snap, names=VLLM_METRICS)
     assert d.prefix_hit_rate is None
     assert d.host_hit_rate is None
     assert d.server_ttft_mean_ms is None
@@ -112,7 +113,7 @@ vllm:prompt_tokens_cached_by_source_total{engine="0",model_name="m",source="devi
 vllm:prompt_tokens_total{engine="0",model_name="m"} 100.0
 vllm:prompt_tokens_total{engine="1",model_name="m"} 40.0
 """
-    snap = parse_metrics(text)
+    snap = parse_metrics(text, VLLM_METRICS)
     assert snap.cached_by_source == {"host": 42.0, "device": 7.0}
     assert snap.get("vllm:prompt_tokens_total") == 140.0
 
@@ -128,7 +129,7 @@ def test_scrape_reads_metrics_over_http_and_gives_none_when_unavailable() -> Non
 
     async def scrape(url: str) -> object:
         async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
-            return await scrape_metrics(client, url)
+            return await scrape_metrics(client, url, VLLM_METRICS)
 
     snap = asyncio.run(scrape("http://127.0.0.1:8000"))
     assert snap is not None and snap.get("vllm:prefix_cache_hits_total") == 5  # type: ignore[attr-defined]
@@ -139,6 +140,6 @@ def test_scrape_reads_metrics_over_http_and_gives_none_when_unavailable() -> Non
 
     async def scrape_down() -> object:
         async with httpx.AsyncClient(transport=httpx.MockTransport(refuse)) as client:
-            return await scrape_metrics(client, "http://127.0.0.1:1")
+            return await scrape_metrics(client, "http://127.0.0.1:1", VLLM_METRICS)
 
     assert asyncio.run(scrape_down()) is None

@@ -14,7 +14,8 @@ import optuna
 import pytest
 import yaml
 
-from autotune.export import SERVE_LAUNCHER, build_export, export_best, runnable_launcher
+from autotune.engine import SERVE_LAUNCHER
+from autotune.export import build_export, export_best, runnable_launcher
 from autotune.study import TrialRecord, TrialStatus, choose_export, export_costs
 from autotune.study._record import Figures
 

@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from autotune.engine import SERVE_LAUNCHER
 from autotune.errors import ExportError
 from autotune.export import (
-    SERVE_LAUNCHER,
     ExportedConfig,
     args_to_config,
     build_export,

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from autotune.bench import RequestTiming, summarize
-from autotune.export import build_export, write_export
+from autotune.export import build_export, config_to_args, write_export
 from autotune.space import RenderedConfig
 from autotune.study import Figures, TrialRecord, TrialStatus
-from autotune.trial import compare_configs, config_to_args
+from autotune.trial import compare_configs
 
 
 def test_arms_alternate_and_the_ratio_is_of_medians() -> None:

@@ -6,7 +6,8 @@ container runs ``vllm serve MODEL_URL --host 0.0.0.0 --port 8000``, then ``--ena
 always), ``extraArgs``, ``--revision``, and with ``lmcacheConfig.enabled`` its own
 ``--kv-transfer-config`` (LMCacheConnectorV1) and ``LMCACHE_*`` variables. Helm reads every YAML number
 as a float64 and the template writes it with Go's ``%v``: 1048576 becomes ``1.048576e+06``.
-:func:`check_entry` holds an entry against the command the study measured.
+:func:`check_entry` holds an entry against the command the study measured. It lives in ``engine/``
+because the chart is vLLM's own deployment: its template spells vLLM's flags.
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from typing import Any, TypeGuard
 
+from autotune.engine._config_file import typed_value
 from autotune.errors import ExportError
-from autotune.export._yaml import ExportedConfig, config_to_argv, typed_value
 from autotune.space import flag_pairs
 
 __all__ = ["CHART", "CHART_COMMIT", "CHART_FLAGS", "chart_command", "check_entry", "go_plain", "number"]
@@ -133,19 +134,18 @@ def _started(entry: Mapping[str, Any]) -> tuple[str, list[str]]:
     return argv[2], flags
 
 
-def check_entry(entry: Mapping[str, Any], exported: ExportedConfig) -> None:
-    """ExportError unless the chart starts ``entry`` as ``exported`` was measured: the same model and
-    flags as vLLM reads them, less the chart's ``--host``/``--port`` and the defaults the exporter
-    writes out (``--enable-prefix-caching``, ``--tensor-parallel-size 1``)."""
+def check_entry(entry: Mapping[str, Any], measured_model: str, measured: Sequence[str]) -> None:
+    """ExportError unless the chart starts ``entry`` as ``measured_model`` with the flags ``measured``
+    were measured: the same model and flags as vLLM reads them, less the chart's ``--host``/``--port``
+    and the defaults the exporter writes out (``--enable-prefix-caching``, ``--tensor-parallel-size 1``)."""
     model, flags = _started(entry)
-    measured = config_to_argv({k: v for k, v in exported.config.items() if k != "model"})
     got, want = _flags(flags), _flags(measured)
     if not any(n in ("--enable-prefix-caching", "--no-enable-prefix-caching") for n, _ in want):
         got -= Counter({("--enable-prefix-caching", None): 1})  # vLLM's default, written out
     if not any(n == "--tensor-parallel-size" for n, _ in want):
         got -= Counter({("--tensor-parallel-size", "1"): 1})  # the default, for the /dev/shm mount
-    if model != str(exported.config["model"]) or got != want:
+    if model != measured_model or got != want:
         raise ExportError(
             f"the Helm values of {entry['name']} would start {model} {shlex.join(flags)} instead of the measured "
-            f"{exported.config['model']} {shlex.join(measured)}; nothing was written"
+            f"{measured_model} {shlex.join(measured)}; nothing was written"
         )
