@@ -121,6 +121,12 @@ _COSTS = re.compile(
     r"(no figure got worse than the baseline's|worse than the baseline) beyond the .*?(?= wrote |$)"
 )
 
+# whether a model's own runs spread wider than the floor (its noise then that spread): measured
+_SPREAD = re.compile(r"(\w+) N% (?:floor|spread)\b")
+
+# a trial's passes and their spread, and a replay that fell behind its schedule: as the host's load had it
+_PASSES = re.compile(r" \([^()]*(?:pass|behind schedule)[^()]*\)")
+
 
 def _norm(value: Any, key: str = "") -> Any:
     if isinstance(value, dict):
@@ -128,7 +134,8 @@ def _norm(value: Any, key: str = "") -> Any:
     if isinstance(value, list):
         return [_norm(v, key) for v in value]
     if isinstance(value, str):
-        return _COSTS.sub("COSTS", _GAINS.sub("; gains: ...", _LATE.sub("", value)))
+        value = _COSTS.sub("COSTS", _GAINS.sub("; gains: ...", _LATE.sub("", value)))
+        return _PASSES.sub("", _SPREAD.sub(r"\1 N% noise", value))
     return value
 
 
