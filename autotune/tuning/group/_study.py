@@ -37,8 +37,8 @@ from autotune.study import (
     suggest_split,
 )
 from autotune.tuning._fingerprint import fingerprint_diffs, study_fingerprint
-from autotune.tuning._group import GroupSetup
-from autotune.tuning._group_trial import GroupEvaluator, GroupTrialResult
+from autotune.tuning.group._setup import GroupSetup
+from autotune.tuning.group._trial import GroupEvaluator, GroupTrialResult
 
 __all__ = [
     "GROUP_FINGERPRINT_ATTR",

@@ -47,8 +47,8 @@ from autotune.export import (
 from autotune.study import GroupMode, ModelOutcome, fold_group, member_params, model_ratio, worse_beyond_noise
 from autotune.trial import ArmSummary, Comparison
 from autotune.tuning._confirm import ArmVerdict, Noise, judge_gain, run_noise
-from autotune.tuning._group import GroupModel, GroupSetup
-from autotune.tuning._group_trial import GroupEvaluator, GroupTrialResult
+from autotune.tuning.group._setup import GroupModel, GroupSetup
+from autotune.tuning.group._trial import GroupEvaluator, GroupTrialResult
 
 __all__ = [
     "GroupConfirmation",
