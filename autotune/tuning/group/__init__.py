@@ -7,8 +7,9 @@ group a night re-measures."""
 
 from __future__ import annotations
 
+from autotune.tuning.group._confirm import confirm_group
 from autotune.tuning.group._deployed import DEPLOYED_ATTR, deployed_trial, record_deployed
-from autotune.tuning.group._export import baseline_group_trial, best_group_trial, confirm_group, export_group
+from autotune.tuning.group._export import baseline_group_trial, best_group_trial, export_group
 from autotune.tuning.group._preview import GroupPreview, preview_group
 from autotune.tuning.group._prior import prior_split
 from autotune.tuning.group._setup import GroupSetup, build_group
