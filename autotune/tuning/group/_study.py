@@ -1,6 +1,8 @@
-"""The Optuna loop of a group of models on one server: the baseline group first (``share.baseline``,
-or an equal split, each model's fixed flags), then the prior's split (when it has one), then
-sampled splits and configurations (``split.NAME`` and ``NAME.param``), each one group trial.
+"""A group study's trials, run by the one study loop (:class:`~autotune.study.StudyRunner`, as one
+engine's are) with the group's measure (:class:`GroupMeasure`): the baseline group first
+(``share.baseline``, or an equal split, each model's fixed flags), then the prior's split (when it
+has one), then sampled splits and configurations (``split.NAME`` and ``NAME.param``), each one group
+trial.
 
 A trial's value is the group's objective (``group_objective:``; the baseline group scores 1.0); each
 model's figures, command, log and reason are its user attrs (``model:NAME``). A split that cannot run
