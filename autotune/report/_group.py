@@ -1,7 +1,7 @@
 """The report of a group study (several models on one server, ``autotune run -f group.yaml``):
 the group's trials with their splits, the split over trials, and one section per model.
 
-Reads only what the group study records (:mod:`autotune.tuning._group_study`): each trial's
+Reads only what the group study records (:mod:`autotune.tuning.group._study`): each trial's
 ``split``, ``group_trial`` (baseline, prior, sampled), ``group_ratios``, ``group_reason`` and
 ``model:NAME`` (status, figures, command, reason, saturated); the study's group fingerprint (each
 model's model, workload, space and weight, and the budget) and its confirmations.

@@ -46,7 +46,7 @@ from autotune.study._record import (
     store_constraints,
     write_record,
 )
-from autotune.study._runner import StudyRunner, TrialHooks, TrialReport, run_study
+from autotune.study._runner import Measure, StudyRunner, TrialHooks, TrialReport, run_study
 from autotune.study._split import member_params, split_fractions, split_params, suggest_member, suggest_split
 from autotune.study._storage import STORAGE_ENV, open_storage, redact_url, resolve_storage_url
 from autotune.study._summary import baseline_saturation, failure_summary, saturation_summary
@@ -65,6 +65,7 @@ __all__ = [
     "GroupMode",
     "GroupScore",
     "IncumbentPruner",
+    "Measure",
     "Metrics",
     "ModelOutcome",
     "Objective",

@@ -13,7 +13,7 @@ from typing import Any
 import optuna
 
 from autotune.space import Parameter, RenderedConfig, SearchSpace, describe_values, render_values
-from autotune.study._baseline import REFERENCE_ATTR, baseline_throughput
+from autotune.study._baseline import REFERENCE_ATTR, baseline_throughput, ensure_baseline
 from autotune.study._gates import Gate, GateVerdict, is_baseline
 from autotune.study._journal import PendingJournal
 from autotune.study._objective import Objective
@@ -78,6 +78,13 @@ class TrialMeasure:
     # called once a trial's engine is up, before its replay, with the trial (the baseline too): the
     # runner starts the next trial's engine then (overlapped starts)
     on_engine_up: Callable[[optuna.Trial], None] | None = None
+
+    def begin(self, study: optuna.Study, *, running_counts: bool) -> None:
+        """The baseline enqueued unless the study has a measured one or one waiting."""
+        ensure_baseline(study, running_counts=running_counts)
+
+    def before_ask(self, study: optuna.Study) -> None:
+        """Nothing: the sampler (or the waiting baseline) picks the next trial."""
 
     def launch_config(self, trial: optuna.Trial, values: Mapping[str, Any]) -> RenderedConfig | None:
         """What ``trial`` would launch with ``values``; None when a gate's verdict stands instead."""

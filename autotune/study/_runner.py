@@ -15,20 +15,21 @@ import time
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol
 
 import optuna
 from optuna.storages._heartbeat import get_heartbeat_thread
 
 from autotune.errors import StorageError
-from autotune.study._baseline import baseline_trial, ensure_baseline
+from autotune.study._baseline import baseline_trial
 from autotune.study._best import best_feasible
 from autotune.study._gates import is_baseline
-from autotune.study._journal import storage_fault
+from autotune.study._journal import PendingJournal, storage_fault
 from autotune.study._lookahead import Lookahead
 from autotune.study._measure import TrialMeasure
 from autotune.study._orphans import claim_trial, fail_orphaned_trials
 from autotune.study._policy import TrialPolicy
+from autotune.study._pruner import IncumbentPruner
 from autotune.study._record import (
     BASELINE_ATTR,
     Evaluator,
@@ -38,7 +39,7 @@ from autotune.study._record import (
     read_record,
 )
 
-__all__ = ["StudyRunner", "TrialHooks", "TrialReport", "run_study"]
+__all__ = ["Measure", "StudyRunner", "TrialHooks", "TrialReport", "run_study"]
 
 log = logging.getLogger(__name__)
 _State = optuna.trial.TrialState
@@ -55,6 +56,28 @@ class TrialReport:
     feasible: bool
     best_number: int | None
     best_value: float | None
+
+
+class Measure(Protocol):
+    """How the runner's trials are measured: one engine's (:class:`TrialMeasure`) or a group's of N.
+    ``begin``: once a run, before its first trial (one engine: the baseline enqueued unless measured);
+    ``before_ask``: before each ask (a group enqueues its baseline split or its prior's); ``values``:
+    the trial's values; the call measures them and records the outcome: the objective value, or None
+    (told PRUNED, no value, its constraints set)."""
+
+    @property
+    def journal(self) -> PendingJournal | None: ...
+
+    @property
+    def pruner(self) -> IncumbentPruner | None: ...
+
+    def begin(self, study: optuna.Study, *, running_counts: bool) -> None: ...
+
+    def before_ask(self, study: optuna.Study) -> None: ...
+
+    def values(self, trial: optuna.Trial) -> dict[str, Any]: ...
+
+    def __call__(self, trial: optuna.Trial, values: Mapping[str, Any]) -> float | None: ...
 
 
 @dataclass(frozen=True)
@@ -74,7 +97,7 @@ class StudyRunner:
     worker may be measuring the baseline right now."""
 
     study: optuna.Study
-    measure: TrialMeasure
+    measure: Measure
     hooks: TrialHooks = field(default_factory=TrialHooks)
     trial_attrs: Mapping[str, Any] = field(default_factory=dict)
     baseline_elsewhere: bool = False
@@ -85,6 +108,7 @@ class StudyRunner:
 
     def __post_init__(self) -> None:
         if self.overlap:
+            assert isinstance(self.measure, TrialMeasure), "overlapped starts are one engine's"
             self._ahead = Lookahead(self.study, self.measure, self._ask, lambda: self._more)
             self.measure = replace(self.measure, on_engine_up=self._ahead.on_engine_up)
 
@@ -92,7 +116,7 @@ class StudyRunner:
         """Run ``n_trials`` more trials (None: until ``timeout_s`` or ``should_stop``); a study
         without a measured baseline measures it first."""
         fail_orphaned_trials(self.study)
-        ensure_baseline(self.study, running_counts=self.baseline_elsewhere)
+        self.measure.begin(self.study, running_counts=self.baseline_elsewhere)
         if self.measure.pruner is not None:
             self.study.pruner = self.measure.pruner
         started, ran = time.monotonic(), 0
@@ -128,6 +152,7 @@ class StudyRunner:
         fail_orphaned_trials(self.study)
         trial = self._ahead.take() if self._ahead is not None else None
         if trial is None:
+            self.measure.before_ask(self.study)
             trial = self._ask()
             claim_trial(trial)
         state, value, error = _State.COMPLETE, None, None
@@ -174,8 +199,8 @@ class StudyRunner:
     def _run(self, trial: optuna.Trial) -> float | None:
         for key, val in self.trial_attrs.items():
             trial.set_user_attr(key, val)
-        baseline = is_baseline(trial)
         values = self.measure.values(trial)
+        baseline = is_baseline(trial)  # a group's baseline is marked as its values are chosen
         label = "baseline" + (f" (reference {values})" if values else " (vLLM defaults)")
         log.info("trial %d %s", trial.number, label if baseline else values)
         if self.hooks.on_start is not None:

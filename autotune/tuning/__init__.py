@@ -1,6 +1,7 @@
 """From the user's choices to measurements: the one evaluator assembly (:func:`build_setup`),
-confirmation before export, the baseline's reference and the dry run; and parallel workers, one
-per GPU or tensor-parallel group (:func:`plan_groups`, :func:`run_parallel`, :func:`run_worker`)."""
+confirmation before export, the baseline's reference and the dry run; parallel workers, one
+per GPU or tensor-parallel group (:func:`plan_groups`, :func:`run_parallel`, :func:`run_worker`);
+and a group of models on one server, in :mod:`autotune.tuning.group`."""
 
 from __future__ import annotations
 
@@ -18,20 +19,6 @@ from autotune.tuning._fingerprint import (
 from autotune.tuning._forecast import StudyForecast
 from autotune.tuning._forecast_ledger import forecast_summary
 from autotune.tuning._gpus import GpuGroup, for_gpus, on_gpus, parse_gpus, plan_groups, record_devices
-from autotune.tuning._group import GroupSetup, build_group
-from autotune.tuning._group_deployed import DEPLOYED_ATTR, deployed_trial, record_deployed
-from autotune.tuning._group_export import baseline_group_trial, best_group_trial, confirm_group, export_group
-from autotune.tuning._group_preview import GroupPreview, preview_group
-from autotune.tuning._group_prior import prior_split
-from autotune.tuning._group_study import (
-    GROUP_FINGERPRINT_ATTR,
-    GroupTrialReport,
-    check_group_fingerprint,
-    group_fingerprint,
-    run_group_study,
-    stored_baseline,
-)
-from autotune.tuning._group_trial import GroupEvaluator, GroupTrialResult
 from autotune.tuning._lock import StudyLock, claim_worker_slot
 from autotune.tuning._open import FORMATS_ATTR, open_study, study_directory
 from autotune.tuning._policy import TrialScope
@@ -39,6 +26,28 @@ from autotune.tuning._reference import BaselinePlan, plan_baseline, recheck_base
 from autotune.tuning._setup import TuningSetup, build_setup, check_study_name
 from autotune.tuning._worker import RUN_ATTR, WorkerSpec, run_worker, study_choices
 from autotune.tuning._workers import ParallelRun, run_parallel
+from autotune.tuning.group import (
+    DEPLOYED_ATTR,
+    GROUP_FINGERPRINT_ATTR,
+    GroupEvaluator,
+    GroupPreview,
+    GroupSetup,
+    GroupTrialReport,
+    GroupTrialResult,
+    baseline_group_trial,
+    best_group_trial,
+    build_group,
+    check_group_fingerprint,
+    confirm_group,
+    deployed_trial,
+    export_group,
+    group_fingerprint,
+    preview_group,
+    prior_split,
+    record_deployed,
+    run_group_study,
+    stored_baseline,
+)
 
 __all__ = [
     "DEPLOYED_ATTR",

@@ -129,7 +129,7 @@ def test_a_pool_the_chart_would_drop_stays_as_measured() -> None:
 
 
 def _member(name: str, flags: list[str]) -> ExportedConfig:
-    """A group member as the group export builds it (tuning/_group_export.py::_model_export)."""
+    """A group member as the group export builds it (tuning/group/_export.py::_model_export)."""
     return build_export(
         model=f"/models/{name}",
         fixed_argv=flags,

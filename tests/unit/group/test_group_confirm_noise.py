@@ -14,7 +14,7 @@ from autotune.study._record import Figures
 from autotune.studyfile import load_group_file
 from autotune.tiny_model import make_tiny_model
 from autotune.tuning import GroupSetup, GroupTrialResult, build_group
-from autotune.tuning._group_export import _group_verdict
+from autotune.tuning.group._confirm import _group_verdict
 from tests.conftest import REPO
 
 

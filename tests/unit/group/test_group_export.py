@@ -16,7 +16,13 @@ from autotune.tiny_model import make_tiny_model
 from autotune.tuning import GroupEvaluator, build_group, confirm_group, export_group
 from tests.conftest import FAKE_LAUNCHER, MARK_ENV, REPO, processes_marked
 
-FLAGS = {"check_args": False, "launcher": " ".join(FAKE_LAUNCHER), "warmup": 0, "max_requests": 8}
+FLAGS = {
+    "check_args": False,
+    "launcher": " ".join(FAKE_LAUNCHER),
+    "warmup": 0,
+    "max_requests": 8,
+    "speed": 10.0,
+}
 
 
 @pytest.fixture(scope="module")

@@ -162,7 +162,7 @@ def test_gpu_shares_that_fit_alone_but_not_together_are_infeasible_by_nvmls_free
     """On GPUs each engine's own check sees the whole free memory; two engines started together
     need the sum of their shares (issue 39: checked against NVML's free memory before launch)."""
     from autotune.memory import GiB, GpuMemory
-    from autotune.tuning._group import gpus_over
+    from autotune.tuning.group._setup import gpus_over
 
     gpu = GpuMemory(index=0, name="H200", total=140 * GiB, free=100 * GiB, used=40 * GiB)
     assert gpus_over({"qwen": 0.45, "coder": 0.2}, [gpu]) is None  # 91 GiB of 100 free

@@ -116,7 +116,7 @@ http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
 
 def _launch(tmp_path: Path, server_args: str) -> subprocess.CompletedProcess[str]:
     from autotune.engine._ports import free_port
-    from autotune.tuning._group_export import _up
+    from autotune.tuning.group._export import _up
 
     port = free_port()
     (tmp_path / "server.py").write_text(_SERVER)

@@ -10,7 +10,7 @@ from typing import Any
 from autotune.nightly._group_night import _GroupNight
 from autotune.study._group_objective import GroupScore
 from autotune.study._record import TrialStatus
-from autotune.tuning._group_trial import GroupTrialResult
+from autotune.tuning.group._trial import GroupTrialResult
 
 
 def _result(score: GroupScore, *, ok: bool = True) -> GroupTrialResult:

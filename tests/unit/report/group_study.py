@@ -13,7 +13,7 @@ from autotune.study import Figures, GroupScore, ModelOutcome, TrialRecord, Trial
 from autotune.studyfile import load_group_file
 from autotune.tiny_model import make_tiny_model
 from autotune.tuning import build_group, check_group_fingerprint, run_group_study
-from autotune.tuning._group_trial import GroupTrialResult
+from autotune.tuning.group._trial import GroupTrialResult
 from tests.conftest import REPO
 
 __all__ = ["make_group_study"]

@@ -1,6 +1,8 @@
-"""The Optuna loop of a group of models on one server: the baseline group first (``share.baseline``,
-or an equal split, each model's fixed flags), then the prior's split (when it has one), then
-sampled splits and configurations (``split.NAME`` and ``NAME.param``), each one group trial.
+"""A group study's trials, run by the one study loop (:class:`~autotune.study.StudyRunner`, as one
+engine's are) with the group's measure (:class:`GroupMeasure`): the baseline group first
+(``share.baseline``, or an equal split, each model's fixed flags), then the prior's split (when it
+has one), then sampled splits and configurations (``split.NAME`` and ``NAME.param``), each one group
+trial.
 
 A trial's value is the group's objective (``group_objective:``; the baseline group scores 1.0); each
 model's figures, command, log and reason are its user attrs (``model:NAME``). A split that cannot run
@@ -23,9 +25,12 @@ import optuna
 
 from autotune.errors import AutotuneError, ConfigError
 from autotune.study import (
+    BASELINE_ATTR,
     GROUP_FINGERPRINT_ATTR,
     Figures,
     GroupScore,
+    StudyRunner,
+    TrialHooks,
     TrialRecord,
     TrialStatus,
     split_params,
@@ -34,11 +39,12 @@ from autotune.study import (
     suggest_split,
 )
 from autotune.tuning._fingerprint import fingerprint_diffs, study_fingerprint
-from autotune.tuning._group import GroupSetup
-from autotune.tuning._group_trial import GroupEvaluator, GroupTrialResult
+from autotune.tuning.group._setup import GroupSetup
+from autotune.tuning.group._trial import GroupEvaluator, GroupTrialResult
 
 __all__ = [
     "GROUP_FINGERPRINT_ATTR",
+    "GroupMeasure",
     "GroupTrialReport",
     "check_group_fingerprint",
     "group_fingerprint",
@@ -145,23 +151,105 @@ def stored_baseline(study: optuna.Study, setup: GroupSetup) -> GroupTrialResult 
     return None
 
 
-def _ask(
-    study: optuna.Study, setup: GroupSetup, kind: str, first: Mapping[str, float] | None
-) -> tuple[optuna.Trial, dict[str, float], dict[str, dict[str, Any]]]:
-    names = setup.names
-    if kind in ("baseline", "prior"):
-        split = setup.baseline if kind == "baseline" else (first or setup.baseline)
-        study.enqueue_trial(split_params(split, names), skip_if_exists=False)
-        trial = study.ask()
-        return trial, suggest_split(trial, names), {}  # each model's fixed flags only
-    trial = study.ask()
-    split = suggest_split(trial, names)
-    return trial, split, {m.name: suggest_member(trial, m.name, m.setup.space) for m in setup.models}
+def _kinds(
+    study: optuna.Study, baseline: GroupTrialResult | None, first: Mapping[str, float] | None
+) -> list[str]:
+    """What the first trials of a run are: the baseline group and the prior's split unless the study
+    has measured them; sampled ones follow."""
+    prior_done = any(t.user_attrs.get("group_trial") == "prior" for t in study.get_trials(deepcopy=False))
+    return [
+        *([] if baseline is not None else ["baseline"]),
+        *(["prior"] if first is not None and not prior_done else []),
+    ]
 
 
-def _tell(
-    study: optuna.Study, trial: optuna.Trial, setup: GroupSetup, result: GroupTrialResult
-) -> float | None:
+@dataclass
+class GroupMeasure:
+    """How each trial of a group study is measured (the runner's :class:`~autotune.study.Measure`):
+    the split and each model's values chosen for its kind (the baseline group, the prior's split,
+    sampled), a split that cannot run PRUNED before launch with ``group_feasible`` violated, else
+    the whole group measured by ``evaluate`` and held against ``baseline``; after each trial
+    ``on_done`` hears its report, and the baseline group failing stops the study."""
+
+    setup: GroupSetup
+    evaluate: GroupEvaluator
+    first: Mapping[str, float] | None = None
+    baseline: GroupTrialResult | None = None
+    on_done: Callable[[GroupTrialReport], None] | None = None
+    journal: None = None  # a group trial is stored as it ends
+    pruner: None = None
+    _kinds: list[str] = field(default_factory=list, init=False, repr=False)
+    _kind: str = field(default="sampled", init=False, repr=False)
+    _chosen: tuple[dict[str, float], dict[str, dict[str, Any]]] = field(
+        default=({}, {}), init=False, repr=False
+    )
+    _last: tuple[GroupTrialReport, GroupTrialResult | None] | None = field(
+        default=None, init=False, repr=False
+    )
+
+    def begin(self, study: optuna.Study, *, running_counts: bool) -> None:
+        self._kinds = _kinds(study, self.baseline, self.first)
+
+    def before_ask(self, study: optuna.Study) -> None:
+        """The baseline group's split or the prior's, enqueued for the next ask."""
+        self._kind = self._kinds.pop(0) if self._kinds else "sampled"
+        if self._kind != "sampled":
+            split = self.setup.baseline if self._kind == "baseline" else (self.first or self.setup.baseline)
+            study.enqueue_trial(split_params(split, self.setup.names), skip_if_exists=False)
+
+    def values(self, trial: optuna.Trial) -> dict[str, Any]:
+        names = self.setup.names
+        split = suggest_split(trial, names)
+        members = (
+            {}  # each model's fixed flags only
+            if self._kind != "sampled"
+            else {m.name: suggest_member(trial, m.name, m.setup.space) for m in self.setup.models}
+        )
+        for key, attr in {"group_trial": self._kind, "split": dict(split)}.items():
+            trial.set_user_attr(key, attr)
+        if self._kind == "baseline":
+            trial.set_user_attr(BASELINE_ATTR, True)
+        self._chosen = (split, members)
+        return {
+            **split_params(split, names),
+            **{f"{n}.{k}": v for n, vs in members.items() for k, v in vs.items()},
+        }
+
+    def __call__(self, trial: optuna.Trial, values: Mapping[str, Any]) -> float | None:
+        """The group trial told its outcome: its value, or None (PRUNED, ``group_feasible`` violated)."""
+        (split, members), kind = self._chosen, self._kind
+        infeasible = self.setup.infeasible(split, members)
+        if infeasible:
+            reason = "infeasible before launch: " + "; ".join(infeasible)
+            trial.set_user_attr("group_reason", reason)
+            store_constraints(trial, ["group_feasible"], [1.0])
+            self._last = GroupTrialReport(trial.number, kind, dict(split), None, {}, reason), None
+            return None
+        result = self.evaluate(trial.number, split, members, self.baseline)
+        value = _record(trial, self.setup, result)
+        saturated = {
+            n: r.figures.saturation_note for n, r in result.records.items() if r.saturated and r.figures
+        }
+        report = GroupTrialReport(
+            trial.number, kind, dict(split), value, dict(result.score.ratios), result.reason, saturated
+        )
+        self._last = report, result
+        return value
+
+    def after_trial(self, study: optuna.Study, frozen: optuna.trial.FrozenTrial) -> None:
+        """The trial's report to ``on_done``; the baseline group just measured checked."""
+        if self._last is None:
+            return
+        (report, result), self._last = self._last, None
+        if report.label == "baseline":
+            self.baseline = result
+        if self.on_done is not None:
+            self.on_done(report)
+        if report.label == "baseline":
+            _check_baseline(self.baseline, report.reason)
+
+
+def _record(trial: optuna.Trial, setup: GroupSetup, result: GroupTrialResult) -> float | None:
     for m in setup.models:
         trial.set_user_attr(f"model:{m.name}", _model_attrs(result.records[m.name], m.setup.objective.metric))
     trial.set_user_attr("group_ratios", dict(result.score.ratios))
@@ -169,63 +257,7 @@ def _tell(
         trial.set_user_attr("group_reason", result.reason)
     feasible = result.ok and result.score.value is not None
     store_constraints(trial, ["group_feasible"], [0.0 if feasible else 1.0])
-    if feasible and result.score.value is not None:
-        study.tell(trial, result.score.value)
-        return result.score.value
-    study.tell(trial, state=optuna.trial.TrialState.PRUNED)  # no value, never a sentinel
-    return None
-
-
-def _kinds(
-    study: optuna.Study, baseline: GroupTrialResult | None, first: Mapping[str, float] | None, n_trials: int
-) -> list[str]:
-    """What the next ``n_trials`` trials are: the baseline group and the prior's split unless the
-    study has measured them, then sampled ones."""
-    prior_done = any(t.user_attrs.get("group_trial") == "prior" for t in study.get_trials(deepcopy=False))
-    return [
-        *([] if baseline is not None else ["baseline"]),
-        *(["prior"] if first is not None and not prior_done else []),
-        *["sampled"] * n_trials,
-    ][:n_trials]
-
-
-@dataclass(frozen=True)
-class _Loop:
-    """What every trial of one :func:`run_group_study` call shares."""
-
-    setup: GroupSetup
-    evaluate: GroupEvaluator
-    study: optuna.Study
-    first: Mapping[str, float] | None
-    attrs: Mapping[str, Any]
-
-    def trial(
-        self, kind: str, baseline: GroupTrialResult | None
-    ) -> tuple[GroupTrialReport, GroupTrialResult | None]:
-        """One group trial of ``kind``, told to the study: its report, and its result when it ran (a
-        split that cannot run is failed before launch, PRUNED with ``group_feasible`` violated)."""
-        study, setup = self.study, self.setup
-        trial, split, values = _ask(study, setup, kind, self.first)
-        for key, attr in {**self.attrs, "group_trial": kind, "split": dict(split)}.items():
-            trial.set_user_attr(key, attr)
-        if kind == "baseline":
-            trial.set_user_attr("baseline", True)
-        infeasible = setup.infeasible(split, values)
-        if infeasible:
-            reason = "infeasible before launch: " + "; ".join(infeasible)
-            trial.set_user_attr("group_reason", reason)
-            store_constraints(trial, ["group_feasible"], [1.0])
-            study.tell(trial, state=optuna.trial.TrialState.PRUNED)
-            return GroupTrialReport(trial.number, kind, dict(split), None, {}, reason), None
-        result = self.evaluate(trial.number, split, values, baseline)
-        value = _tell(study, trial, setup, result)
-        saturated = {
-            n: r.figures.saturation_note for n, r in result.records.items() if r.saturated and r.figures
-        }
-        report = GroupTrialReport(
-            trial.number, kind, dict(split), value, dict(result.score.ratios), result.reason, saturated
-        )
-        return report, result
+    return result.score.value if feasible else None  # None: told PRUNED, no value, never a sentinel
 
 
 def _check_baseline(baseline: GroupTrialResult | None, reason: str | None) -> None:
@@ -252,22 +284,15 @@ def run_group_study(
     attrs: Mapping[str, Any] | None = None,
     should_stop: Callable[[], bool] | None = None,
 ) -> optuna.Study:
-    """``n_trials`` more group trials into ``study`` (minimised): the baseline group, the prior's
-    split, then sampled ones; a resumed study keeps the baseline group and the prior's split it has
-    measured (every later trial is held against that baseline). The baseline group failing stops
-    the study (nothing to compare with). ``baseline``: the baseline group measured elsewhere (a
-    night's, on tonight's traffic), held against instead of the study's; ``attrs``: set on every
-    trial; ``should_stop``: asked before each trial (a night's budget)."""
-    baseline = baseline or stored_baseline(study, setup)
-    loop = _Loop(setup, evaluate, study, first, attrs or {})
-    for kind in _kinds(study, baseline, first, n_trials):
-        if should_stop is not None and should_stop():
-            break
-        report, result = loop.trial(kind, baseline)
-        if kind == "baseline":
-            baseline = result
-        if on_done is not None:
-            on_done(report)
-        if kind == "baseline":
-            _check_baseline(baseline, report.reason)
-    return study
+    """``n_trials`` more group trials into ``study`` (minimised) by the one study runner: the baseline
+    group, the prior's split, then sampled ones; a resumed study keeps the baseline group and the
+    prior's split it has measured (every later trial is held against that baseline). The baseline
+    group failing stops the study (nothing to compare with). ``baseline``: the baseline group measured
+    elsewhere (a night's, on tonight's traffic), held against instead of the study's; ``attrs``: set on
+    every trial; ``should_stop``: asked before each trial (a night's budget)."""
+    if n_trials <= 0 or (should_stop is not None and should_stop()):
+        return study
+    measure = GroupMeasure(setup, evaluate, first, baseline or stored_baseline(study, setup), on_done)
+    hooks = TrialHooks(should_stop=should_stop)
+    runner = StudyRunner(study, measure, hooks, dict(attrs or {}), after_trial=measure.after_trial)
+    return runner.run(n_trials)

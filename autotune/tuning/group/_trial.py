@@ -26,7 +26,7 @@ from typing import Any
 from autotune.study import GroupMode, GroupScore, ModelOutcome, TrialRecord, TrialStatus, group_score
 from autotune.trial import VllmEvaluator
 from autotune.tuning._gpus import for_gpus, plan_groups
-from autotune.tuning._group import GroupSetup
+from autotune.tuning.group._setup import GroupSetup
 
 __all__ = ["GroupEvaluator", "GroupTrialResult"]
 

@@ -12,9 +12,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from autotune.memory import GiB, MachineFacts, read_machine_facts
-from autotune.tuning._group import GroupBudget, GroupModel, GroupSetup
 from autotune.tuning._prior import _tokenize
 from autotune.tuning._prior_lru import chains_of
+from autotune.tuning.group._setup import GroupBudget, GroupModel, GroupSetup
 
 __all__ = ["PriorSplit", "prior_split"]
 

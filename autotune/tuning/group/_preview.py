@@ -12,7 +12,7 @@ import optuna
 
 from autotune.study import suggest_member, suggest_split
 from autotune.tuning._dry_run import _env_shown
-from autotune.tuning._group import GroupSetup
+from autotune.tuning.group._setup import GroupSetup
 
 __all__ = ["EnginePreview", "GroupPreview", "preview_group"]
 

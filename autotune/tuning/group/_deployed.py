@@ -9,7 +9,7 @@ from pathlib import Path
 import optuna
 
 from autotune.errors import ConfigError
-from autotune.tuning._group_export import GroupExport
+from autotune.tuning.group._export import GroupExport
 
 __all__ = ["DEPLOYED_ATTR", "deployed_trial", "record_deployed"]
 
