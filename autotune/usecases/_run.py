@@ -41,7 +41,7 @@ from autotune.usecases._render import FORMATS_ATTR, fmt_params, trial_line
 from autotune.usecases._reporter import Reporter
 from autotune.usecases._run_export import report_and_export
 
-__all__ = ["RunOutcome", "run", "say_trial"]
+__all__ = ["RunOutcome", "run"]
 
 
 @dataclass(frozen=True)
