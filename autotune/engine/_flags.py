@@ -22,6 +22,7 @@ __all__ = [
     "SERVE_LAUNCHER",
     "TP_FLAGS",
     "block_size_of",
+    "budget_flag",
     "command_launcher",
     "command_model_and_flags",
     "config_command",
@@ -47,6 +48,8 @@ PP_FLAGS = ("--pipeline-parallel-size", "--pipeline_parallel_size", "-pp")
 # Flags whose smaller values make a configuration need less memory, in the order a baseline tries them.
 MEMORY_KNOB_FLAGS = ("--gpu-memory-utilization", "--kv-cache-memory-bytes")
 _MODEL = "--model"
+# The flag each kind of a group's shared memory budget is given to an engine by.
+_BUDGET_FLAGS = {"kv_bytes": "--kv-cache-memory-bytes", "gpu_share": "--gpu-memory-utilization"}
 _TRANSFER = "--kv-transfer-config"
 
 
@@ -110,6 +113,12 @@ def block_size_of(args: Sequence[str] | None) -> int | None:
             except ValueError:
                 continue
     return None
+
+
+def budget_flag(role: str) -> str:
+    """The flag that gives one engine its part of a shared memory budget: ``kv_bytes`` (its KV bytes) or
+    ``gpu_share`` (its share of the GPU)."""
+    return _BUDGET_FLAGS[role]
 
 
 def model_args(model: str) -> list[str]:

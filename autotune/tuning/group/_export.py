@@ -21,6 +21,7 @@ from pathlib import Path
 
 import optuna
 
+from autotune.engine import model_args
 from autotune.errors import ExportError
 from autotune.export import (
     ExportedConfig,
@@ -104,7 +105,7 @@ def _model_export(
     )
     checker = next(m for m in setup.models if m.name == name).setup.checker()
     if checker is not None:
-        error = checker.check(["--model", model, *flags]).error
+        error = checker.check([*model_args(model), *flags]).error
         if error:
             raise ExportError(
                 f"vLLM's parser rejects model {name}'s exported config: {error}; nothing was written"

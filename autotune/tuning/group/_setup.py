@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from autotune.engine import budget_flag
 from autotune.errors import AutotuneError, ConfigError
 from autotune.memory import GiB, GpuMemory, MachineFacts, read_machine_facts
 from autotune.space import SHARE_KEYS, RenderedConfig, Role, SearchSpace, render_values
@@ -65,23 +66,23 @@ class GroupBudget:
         return SHARE_KEYS[self.role]
 
     def value(self, fraction: float) -> str:
-        if self.flag == "--kv-cache-memory-bytes":
+        if self.role == "kv_bytes":
             return f"{math.floor(self.total * fraction / MiB)}M"
         return f"{math.floor(self.total * fraction * 1000) / 1000:.3f}"
 
     def used(self, fraction: float) -> float:
         """What a model's share takes of the budget, as rendered (bytes, or a share of the GPU)."""
-        if self.flag == "--kv-cache-memory-bytes":
+        if self.role == "kv_bytes":
             return float(math.floor(self.total * fraction / MiB) * MiB)
         return math.floor(self.total * fraction * 1000) / 1000
 
     def describe(self, fraction: float) -> str:
-        if self.flag == "--kv-cache-memory-bytes":
+        if self.role == "kv_bytes":
             return f"{math.floor(self.total * fraction / MiB)} MiB"
-        return f"--gpu-memory-utilization {self.value(fraction)}"
+        return f"{self.flag} {self.value(fraction)}"
 
     def total_text(self) -> str:
-        if self.flag == "--kv-cache-memory-bytes":
+        if self.role == "kv_bytes":
             return f"{self.total / MiB:g} MiB of KV (share.{self.key})"
         return f"{self.total:g} of each GPU (share.{self.key})"
 
@@ -176,7 +177,7 @@ class GroupSetup:
             for m in self.models
         ]
         together = None
-        if self.budget.flag == "--gpu-memory-utilization":
+        if self.budget.role == "gpu_share":
             together = gpus_over({m.name: self.budget.used(split[m.name]) for m in self.models}, facts.gpus)
         return tuple(r for r in [*reasons, self.pools_over(values or {}), together] if r)
 
@@ -209,16 +210,16 @@ def _budget(group: GroupFile, platform: Literal["cuda", "cpu"]) -> GroupBudget:
                 f"{group.where('share')}: share.kv_cache_memory_bytes is required on the CPU build: the group's KV "
                 "total, which the models split (fix: e.g. share: {kv_cache_memory_bytes: 256M})"
             )
-        return GroupBudget("kv_bytes", "--kv-cache-memory-bytes", float(share.kv_cache_memory_bytes))
+        return GroupBudget("kv_bytes", budget_flag("kv_bytes"), float(share.kv_cache_memory_bytes))
     total = share.gpu_memory_utilization if share.gpu_memory_utilization is not None else DEFAULT_GPU_SHARE
-    return GroupBudget("gpu_share", "--gpu-memory-utilization", total)
+    return GroupBudget("gpu_share", budget_flag("gpu_share"), total)
 
 
 def _baseline(group: GroupFile, budget: GroupBudget) -> tuple[dict[str, float], str]:
     given = group.share.baseline
     if given is None:
         return {n: 1.0 / len(group.names) for n in group.names}, "equal split"
-    if budget.flag == "--gpu-memory-utilization":  # given as each engine's --gpu-memory-utilization
+    if budget.role == "gpu_share":  # given as each engine's share of the GPU
         total = sum(given.values())
         if total > budget.total + 1e-9:
             raise ConfigError(

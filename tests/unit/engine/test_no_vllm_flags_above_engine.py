@@ -28,10 +28,9 @@ from autotune.engine._argcheck_worker import _make_parser
 
 PACKAGE = Path(autotune.__file__).parent
 
-# Files another change is rewriting (the group study merged into the single one, issue 46 part 1):
-# moved by the group merge. Only files under tuning/_group*: the group's budget is chosen by flag
-# (tuning/_group.py, GroupBudget.flag) and its export checks ``--model MODEL`` (_group_export.py).
-KNOWN_REMAINING = frozenset({"tuning/_group.py", "tuning/_group_export.py"})
+# No file is exempt: the group's budget asks the engine for its flag by role, its export for the
+# model's arguments.
+KNOWN_REMAINING: frozenset[str] = frozenset()
 
 
 def _vllm_flags() -> frozenset[str]:
