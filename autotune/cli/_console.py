@@ -70,8 +70,15 @@ class ConsoleReporter:
     ) -> None:
         console.print(text, style=style, markup=markup, soft_wrap=soft_wrap)
 
-    def show(self, text: RenderableType, *, markup: bool | None = None, soft_wrap: bool = False) -> None:
-        out.print(text, markup=markup, soft_wrap=soft_wrap)
+    def show(
+        self,
+        text: RenderableType,
+        *,
+        style: str | None = None,
+        markup: bool | None = None,
+        soft_wrap: bool = False,
+    ) -> None:
+        out.print(text, style=style, markup=markup, soft_wrap=soft_wrap)
 
     def log_to(self, path: Path) -> None:
         log_to_file(path)

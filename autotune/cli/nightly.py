@@ -11,8 +11,7 @@ import typer
 from rich.text import Text
 
 from autotune import usecases
-from autotune.cli._console import ConsoleReporter, console, out
-from autotune.cli._group import announce_prior, open_group_study
+from autotune.cli._console import ConsoleReporter, out
 from autotune.cli._study_options import FILE_HELP, ExportPath, Storage, StudiesDir, study_command
 from autotune.errors import ConfigError
 from autotune.studyfile import GroupFile, StudySpec, load_study_file, resolve_spec
@@ -29,45 +28,10 @@ app = typer.Typer(
 )
 
 
-def _say_plain(line: str) -> None:
-    console.print(line, soft_wrap=True, markup=False)
-
-
 def night_group(group: GroupFile, flags: Mapping[str, Any]) -> None:
-    """One night of the group study of ``group`` (``nightly -f group.yaml``, see
-    :mod:`autotune.nightly._group_night`): the same night, its record and exit codes as one engine's."""
-    from autotune.nightly import NightOptions, group_night, process_start, run_night
-    from autotune.tuning import GROUP_FINGERPRINT_ATTR, StudyLock, build_group, check_study_name
-
-    started = process_start()
-    common = resolve_spec("nightly", flags=flags, file=group.common)
-    if "incumbent" in flags or common.incumbent is not None:
-        raise ConfigError(
-            f"--incumbent: {group.path} is a study of several models on one server: its incumbent is the group "
-            "the study deployed into --out (fix: drop --incumbent; give the deployed folder as --out)"
-        )
-    name = check_study_name(common.study or group.path.stem)
-    with build_group(group, flags) as setup, StudyLock(common.storage, name, common.studies_dir):
-        study, sdir, _ = open_group_study(common, name)
-        if study.get_trials(deepcopy=False) and GROUP_FINGERPRINT_ATTR not in study.user_attrs:
-            raise ConfigError(
-                f"study {name!r} is a study of one engine, not of this group (fix: another --study name)"
-            )
-        first = announce_prior(setup, common.prior)
-        options = NightOptions(
-            budget_s=common.budget_s,
-            out=(common.out or sdir / "export").resolve(),
-            rounds=common.rounds,
-            min_improvement=common.min_improvement,
-            max_trials=common.max_trials,
-            started=started,
-        )
-        steps = group_night(
-            setup, study, sdir, options, check_args=common.check_args, first=first, say=_say_plain
-        )
-        record = run_night(steps, study)
-    out.print(record.summary(), soft_wrap=True, markup=False)
-    code = usecases.finish_night(record, common, options.out, sdir, ConsoleReporter())
+    """One night of the group study of ``group`` (``nightly -f group.yaml``; the use case is
+    :func:`autotune.usecases.night_group`): the same night, its record and exit codes as one engine's."""
+    code = usecases.night_group(group, flags, ConsoleReporter()).exit_code
     if code:
         raise typer.Exit(code)
 

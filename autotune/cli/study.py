@@ -10,10 +10,10 @@ import typer
 
 from autotune.cli._console import console, out
 from autotune.cli._open import existing_study
-from autotune.cli._render import group_table, study_table
 from autotune.cli._study_options import ExportFormatOption, Storage, StudiesDir
 from autotune.errors import ConfigError, StorageError
 from autotune.tuning import GROUP_FINGERPRINT_ATTR
+from autotune.usecases import group_table, study_table
 
 # typer needs Optional[...] at runtime on Python 3.10
 # ruff: noqa: UP045

@@ -14,7 +14,6 @@ import os
 from typing import Any
 
 from autotune.cli._console import console, log_to_file
-from autotune.cli._render import trial_line
 from autotune.cli._study_options import study_command
 from autotune.errors import ConfigError
 from autotune.study import TrialReport
@@ -28,6 +27,7 @@ from autotune.tuning import (
     run_worker,
     study_choices,
 )
+from autotune.usecases import trial_line
 
 __all__ = ["worker"]
 

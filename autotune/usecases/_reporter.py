@@ -26,7 +26,14 @@ class Reporter(Protocol):
     ) -> None:
         """Progress, a warning, a verdict on the way: not the result."""
 
-    def show(self, text: RenderableType, *, markup: bool | None = None, soft_wrap: bool = False) -> None:
+    def show(
+        self,
+        text: RenderableType,
+        *,
+        style: str | None = None,
+        markup: bool | None = None,
+        soft_wrap: bool = False,
+    ) -> None:
         """The result: what a script reads (the export's path, the figures, a night's summary)."""
 
     def log_to(self, path: Path) -> None:
@@ -51,7 +58,14 @@ class Transcript:
     ) -> None:
         self.said.append(text)
 
-    def show(self, text: RenderableType, *, markup: bool | None = None, soft_wrap: bool = False) -> None:
+    def show(
+        self,
+        text: RenderableType,
+        *,
+        style: str | None = None,
+        markup: bool | None = None,
+        soft_wrap: bool = False,
+    ) -> None:
         self.shown.append(text)
 
     def log_to(self, path: Path) -> None:

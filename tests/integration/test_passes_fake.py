@@ -145,8 +145,8 @@ def test_a_trial_far_worse_than_the_incumbent_is_pruned_and_the_baseline_never_i
 
 
 def test_a_study_with_a_pruned_trial_renders_in_the_table_and_the_report(tmp_path: Path, mark: str) -> None:
-    from autotune.cli._render import study_table
     from autotune.report import write_study_report
+    from autotune.usecases import study_table
 
     (tmp_path / "space.yaml").write_text(SPACE)
     space = load_search_space(tmp_path / "space.yaml")

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import optuna
 
-from autotune.cli._group import open_group_study
 from autotune.study import Objective, load_or_create
 from autotune.studyfile import StudySpec
+from autotune.usecases._group_open import open_group_study
 
 
 def _settings(study: optuna.Study) -> tuple[type, int, bool]:

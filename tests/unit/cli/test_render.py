@@ -5,7 +5,7 @@ from __future__ import annotations
 import optuna
 from rich.console import Console
 
-from autotune.cli._render import study_table
+from autotune.usecases import study_table
 
 
 def _text(study: optuna.Study) -> str:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import optuna
 from rich.console import Console
 
-from autotune.cli._render import study_table, trial_line
 from autotune.study import Figures, TrialRecord, TrialReport, TrialStatus
+from autotune.usecases import study_table, trial_line
 
 REFUSED = (
     "HTTP 400: Either prompt or prompt_embeds must be provided and non-empty. (at w.jsonl:2, id 'q-empty')"
