@@ -71,48 +71,58 @@ def _flags(argv: Sequence[str]) -> dict[str, str | None]:
     return {name.replace("_", "-"): value for name, value in flag_pairs(argv, positional=[])}
 
 
-def sizing_from_argv(argv: Sequence[str], platform: Literal["cuda", "cpu"]) -> EngineSizing:
-    f = _flags(argv)
+def _num(f: dict[str, str | None], name: str, default: float) -> float:
+    value = f.get(name)
+    return float(value) if value not in (None, "") else default
 
-    def num(name: str, default: float) -> float:
-        value = f.get(name)
-        return float(value) if value not in (None, "") else default
 
+def _offload_bytes(f: dict[str, str | None]) -> int:
+    """The host KV pool a command sizes: vLLM's native size, or its connector's (LMCache's per rank)."""
     offload = 0
     if f.get("--kv-offloading-size"):
         offload = int(float(f["--kv-offloading-size"] or 0) * 2**30)
     ktc = f.get("--kv-transfer-config")
-    if ktc:
-        try:
-            extra = json.loads(ktc).get("kv_connector_extra_config") or {}
-        except (ValueError, AttributeError):
-            extra = {}
-        ranks = int(num("--tensor-parallel-size", 1))
-        for key, unit in HOST_POOL_FIELDS.items():
-            if key in extra:  # LMCache's size is per tensor-parallel rank
-                per = ranks if key.startswith("lmcache.") else 1
-                offload = max(offload, int(float(extra[key]) * unit * per))
-    kv_bytes = f.get("--kv-cache-memory-bytes")
-    cpu = platform == "cpu"
+    if not ktc:
+        return offload
+    try:
+        extra = json.loads(ktc).get("kv_connector_extra_config") or {}
+    except (ValueError, AttributeError):
+        extra = {}
+    ranks = int(_num(f, "--tensor-parallel-size", 1))
+    for key, unit in HOST_POOL_FIELDS.items():
+        if key in extra:  # LMCache's size is per tensor-parallel rank
+            per = ranks if key.startswith("lmcache.") else 1
+            offload = max(offload, int(float(extra[key]) * unit * per))
+    return offload
+
+
+def _host_pool_in_shm(argv: Sequence[str], platform: Literal["cuda", "cpu"]) -> bool:
+    """Whether the host pool lives in /dev/shm (vLLM's own offloading), not in the heap (LMCache)."""
     joined = " ".join(argv)
-    in_shm = "CPUOffloadingConnector" in joined or (
+    return "CPUOffloadingConnector" in joined or (
         "--kv-offloading-size" in joined and "lmcache" not in joined.lower() and platform == "cuda"
     )
+
+
+def sizing_from_argv(argv: Sequence[str], platform: Literal["cuda", "cpu"]) -> EngineSizing:
+    f = _flags(argv)
+    kv_bytes = f.get("--kv-cache-memory-bytes")
+    cpu = platform == "cpu"
     return EngineSizing(
         platform=platform,
-        gpu_memory_utilization=num("--gpu-memory-utilization", 0.92),
+        gpu_memory_utilization=_num(f, "--gpu-memory-utilization", 0.92),
         kv_cache_memory_bytes=parse_size(kv_bytes) if kv_bytes else None,
-        max_model_len=int(num("--max-model-len", 0)) or None,
-        block_size=int(num("--block-size", 128 if cpu else 16)),
-        max_num_batched_tokens=int(num("--max-num-batched-tokens", 2048 if cpu else 8192)),
-        max_num_seqs=int(num("--max-num-seqs", 128 if cpu else 1024)),
-        offload_bytes=offload,
+        max_model_len=int(_num(f, "--max-model-len", 0)) or None,
+        block_size=int(_num(f, "--block-size", 128 if cpu else 16)),
+        max_num_batched_tokens=int(_num(f, "--max-num-batched-tokens", 2048 if cpu else 8192)),
+        max_num_seqs=int(_num(f, "--max-num-seqs", 128 if cpu else 1024)),
+        offload_bytes=_offload_bytes(f),
         enforce_eager="--enforce-eager" in f,
         kv_cache_dtype=f.get("--kv-cache-dtype") or "auto",
         dtype=f.get("--dtype") or "auto",
         tensor_parallel_size=max(1, flag_int(argv, TP_FLAGS) or 1),
         pipeline_parallel_size=max(1, flag_int(argv, PP_FLAGS) or 1),
-        host_pool_in_shm=in_shm,
+        host_pool_in_shm=_host_pool_in_shm(argv, platform),
     )
 
 
