@@ -57,8 +57,12 @@ class GroupBudget:
     of each GPU. A model's value is rounded down (MiB, or 0.001 of the GPU): never past the budget."""
 
     role: Role  # gpu_share or kv_bytes
-    flag: str
     total: float
+
+    @property
+    def flag(self) -> str:
+        """The flag that gives one engine its part of this budget (the engine knows its spelling)."""
+        return budget_flag(self.role)
 
     @property
     def key(self) -> str:
@@ -210,9 +214,9 @@ def _budget(group: GroupFile, platform: Literal["cuda", "cpu"]) -> GroupBudget:
                 f"{group.where('share')}: share.kv_cache_memory_bytes is required on the CPU build: the group's KV "
                 "total, which the models split (fix: e.g. share: {kv_cache_memory_bytes: 256M})"
             )
-        return GroupBudget("kv_bytes", budget_flag("kv_bytes"), float(share.kv_cache_memory_bytes))
+        return GroupBudget("kv_bytes", float(share.kv_cache_memory_bytes))
     total = share.gpu_memory_utilization if share.gpu_memory_utilization is not None else DEFAULT_GPU_SHARE
-    return GroupBudget("gpu_share", budget_flag("gpu_share"), total)
+    return GroupBudget("gpu_share", total)
 
 
 def _baseline(group: GroupFile, budget: GroupBudget) -> tuple[dict[str, float], str]:
