@@ -55,6 +55,7 @@ from autotune.engine._profiles import (
     supported_knobs,
 )
 from autotune.engine._reaper import install_signal_handlers, stop_all, terminated
+from autotune.engine._render import render_values
 from autotune.engine._rundir import clean_leftover_engines
 from autotune.engine._seam import ArgChecker, Engine
 from autotune.engine._shm import CleanReport, clean_stale_shm
@@ -119,6 +120,7 @@ __all__ = [
     "model_args",
     "number",
     "parallel_ranks",
+    "render_values",
     "same_flags",
     "select_profile",
     "served_name",

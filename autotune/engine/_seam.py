@@ -20,7 +20,7 @@ from autotune.engine._platform import InstalledEngine
 from autotune.engine._process import EngineProcess
 from autotune.engine._profiles import EngineProfile
 from autotune.engine._sizing import EngineSizing
-from autotune.space import FlagPairs, RenderedConfig
+from autotune.space import EngineConfig, FlagPairs, RenderedConfig
 
 __all__ = ["ArgChecker", "Endpoints", "Engine", "EngineInstall", "EngineLog"]
 
@@ -96,12 +96,18 @@ class Engine(Protocol):
     @property
     def install(self) -> EngineInstall: ...
 
-    def argv(self, spec: LaunchSpec, rendered: RenderedConfig, port: int) -> list[str]: ...
+    def render(self, config: EngineConfig) -> RenderedConfig:
+        """``config`` in the engine's words (the flags and environment a trial adds; kept in its record)."""
+        ...
+
+    def argv(self, spec: LaunchSpec, config: EngineConfig, port: int) -> list[str]:
+        """The full command that launches ``config`` (launcher, model, fixed flags, its own)."""
+        ...
 
     def process(
         self,
         spec: LaunchSpec,
-        rendered: RenderedConfig,
+        config: EngineConfig,
         log_path: Path,
         *,
         shm_patterns: tuple[str, ...] = (),
@@ -111,4 +117,9 @@ class Engine(Protocol):
 
     def arg_checker(self) -> ArgChecker: ...
 
-    def sizing(self, engine_argv: Sequence[str], platform: Literal["cuda", "cpu"]) -> EngineSizing: ...
+    def sizing(
+        self, spec: LaunchSpec, config: EngineConfig, platform: Literal["cuda", "cpu"]
+    ) -> EngineSizing:
+        """What ``config`` asks of memory, launched with ``spec``'s fixed flags (the engine's defaults
+        filled in): the one reading of a configuration's sizing."""
+        ...

@@ -17,10 +17,11 @@ from autotune.engine._logscan import KvCapacity, parse_kv_capacity
 from autotune.engine._platform import InstalledEngine, default_launcher, installed_engine
 from autotune.engine._process import EngineProcess
 from autotune.engine._profiles import EngineProfile, default_space_path, preview_profile, select_profile
+from autotune.engine._render import render_config
 from autotune.engine._seam import Endpoints
 from autotune.engine._sizing import EngineSizing, sizing_from_argv
 from autotune.engine._startup import startup_phases
-from autotune.space import FlagPairs, RenderedConfig
+from autotune.space import EngineConfig, FlagPairs, RenderedConfig
 
 __all__ = ["ENGINES_BY_NAME", "VLLM", "VLLM_METRICS", "VllmEngine", "engine_named"]
 
@@ -93,24 +94,29 @@ class VllmEngine:
     log: VllmLog = VllmLog()
     install: VllmInstall = VllmInstall()
 
-    def argv(self, spec: LaunchSpec, rendered: RenderedConfig, port: int) -> list[str]:
-        return launch_argv(spec, rendered, port)
+    def render(self, config: EngineConfig) -> RenderedConfig:
+        return render_config(config)
+
+    def argv(self, spec: LaunchSpec, config: EngineConfig, port: int) -> list[str]:
+        return launch_argv(spec, render_config(config), port)
 
     def process(
         self,
         spec: LaunchSpec,
-        rendered: RenderedConfig,
+        config: EngineConfig,
         log_path: Path,
         *,
         shm_patterns: tuple[str, ...] = (),
     ) -> EngineProcess:
-        return EngineProcess(spec, rendered, log_path, shm_patterns=shm_patterns)
+        return EngineProcess(spec, render_config(config), log_path, shm_patterns=shm_patterns)
 
     def arg_checker(self) -> VllmArgChecker:
         return VllmArgChecker()
 
-    def sizing(self, engine_argv: Sequence[str], platform: Literal["cuda", "cpu"]) -> EngineSizing:
-        return sizing_from_argv(engine_argv, platform)
+    def sizing(
+        self, spec: LaunchSpec, config: EngineConfig, platform: Literal["cuda", "cpu"]
+    ) -> EngineSizing:
+        return sizing_from_argv(self.argv(spec, config, 0)[len(spec.launcher) :], platform)
 
 
 VLLM = VllmEngine()

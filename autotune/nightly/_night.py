@@ -39,7 +39,7 @@ from autotune.nightly._plan import make_plan
 from autotune.nightly._promote import keep_promoted, promoted_history
 from autotune.nightly._tonight import NightOptions, _Night, begin_night, remeasure
 from autotune.nightly._verdict import figure_of, regression, regression_against_baseline
-from autotune.space import RenderedConfig
+from autotune.space import EngineConfig
 from autotune.study import TrialHooks, TrialReport, figure_text, run_study
 from autotune.trial import compare_configs, significant_gain
 from autotune.tuning import TrialScope, TuningSetup
@@ -144,7 +144,7 @@ def _challengers(n: _Night, cands: list[Candidate]) -> tuple[list[Candidate], li
     challengers = [
         c
         for c in pool
-        if list(c.args) != list(n.inc_config.args) and not exports_the_same(trials[c.number], n.options.out)
+        if list(c.args) != list(n.inc_words().args) and not exports_the_same(trials[c.number], n.options.out)
     ]
     return pool, challengers
 
@@ -163,7 +163,7 @@ def _decide(n: _Night, cands: list[Candidate], why_none: str) -> NightDecision:
             f"deployed at {n.options.out}; nothing written, no hook run",
         )
     if not challengers:
-        return NightDecision("kept", no_candidate_reason(cands, n.inc_config.args, why_none))
+        return NightDecision("kept", no_candidate_reason(cands, n.inc_words().args, why_none))
     best = challengers[0]
     others = len([c for c in cands if not c.feasible])
     tail = f"; {others} more did not finish feasibly (pruned, infeasible or failed)" if others else ""
@@ -181,7 +181,7 @@ def _decide(n: _Night, cands: list[Candidate], why_none: str) -> NightDecision:
 
 
 def _confirm(n: _Night, best: Candidate) -> NightDecision:
-    config = RenderedConfig(args=best.args, env=best.env)
+    config = EngineConfig.recorded(best.args, best.env)
     rounds = n.confirm_rounds()
     n.say(f"night {n.number}: trial #{best.number} against {n.inc_label}, {rounds} round(s) each")
     ab = compare_configs(
@@ -198,7 +198,7 @@ def _confirm(n: _Night, best: Candidate) -> NightDecision:
     if not ok:
         return NightDecision("kept", f"not confirmed: trial #{best.number} {why}")
     _promote(n.study, n.study.trials[best.number], n.options.out, n.number)
-    n.inc_config = RenderedConfig(args=tuple(config_to_args(n.options.out)[1]))  # as tomorrow reads it
+    n.inc_config = EngineConfig.recorded(config_to_args(n.options.out)[1])  # as tomorrow reads it
     n.inc_params = dict(best.params)
     n.inc_figure = figure_of(list(ab.b.runs), n.metric)
     n.inc_label = f"promoted trial #{best.number}"
@@ -210,7 +210,7 @@ def _verdict(n: _Night) -> tuple[bool, str]:
     of this command on up to 5 earlier nights and tonight's baseline arm."""
     if n.previous is None:
         return n.inc_figure is None, "first night: nothing to compare with"
-    args = list(n.inc_config.args)
+    args = list(n.inc_words().args)
     same = [p for p in nights(n.study) if p.incumbent_args == args and p.incumbent_figure]
     last_fig = n.previous.incumbent_figure if n.previous.incumbent_args == args else None
     more = [list(p.incumbent_figure.get("runs") or []) for p in same[-6:-1] if p.incumbent_figure]
@@ -309,8 +309,8 @@ def _record(
         metric=n.metric,
         baseline_figure=n.base_figure,
         incumbent_label=n.inc_label,
-        incumbent_args=list(n.inc_config.args),
-        incumbent_env=dict(n.inc_config.env),
+        incumbent_args=list(n.inc_words().args),
+        incumbent_env=dict(n.inc_words().env),
         incumbent_params=n.inc_params,
         incumbent_figure=n.inc_figure,
         noise_band=n.band.value,
@@ -343,7 +343,7 @@ def _budget_needed(n: _Night, cands: list[Candidate], decision: NightDecision, w
         return None
     if why_none and not why_none.startswith("the re-measurement took"):
         return None
-    if any(list(c.args) != list(n.inc_config.args) and not c.baseline for c in cands):
+    if any(list(c.args) != list(n.inc_words().args) and not c.baseline for c in cands):
         return None  # a candidate ran: the budget held one
     if n.options.max_trials is not None and len(cands) >= n.options.max_trials:
         return None

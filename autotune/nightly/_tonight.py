@@ -16,14 +16,14 @@ from autotune.nightly._fingerprint import describe_changes, fingerprints, worklo
 from autotune.nightly._history import NIGHT_ATTR, NightRecord, last_night, nights
 from autotune.nightly._plan import NightPlan, _Clock, measured_run_cost, open_clock, promotion_rounds
 from autotune.nightly._verdict import Band, figure_of, noise_band
-from autotune.space import RenderedConfig
+from autotune.space import EngineConfig, RenderedConfig
 from autotune.study import (
     REFERENCE_ATTR,
     TrialHooks,
     TrialRecord,
     baseline_trial,
     figure_text,
-    render_reference,
+    reference_config,
     run_study,
 )
 from autotune.trial import VllmEvaluator
@@ -81,9 +81,9 @@ class _Night(NightState):
     setup: TuningSetup
     previous: NightRecord | None
     inc_label: str
-    inc_config: RenderedConfig
+    inc_config: EngineConfig
     inc_params: dict[str, Any] | None
-    base_config: RenderedConfig
+    base_config: EngineConfig
     one_arm: bool
     fp: dict[str, dict[str, Any]]
     drift: list[str]
@@ -96,6 +96,10 @@ class _Night(NightState):
     @property
     def metric(self) -> str:
         return self.setup.objective.metric
+
+    def inc_words(self) -> RenderedConfig:
+        """The incumbent in its engine's words (what the night records and compares candidates to)."""
+        return self.setup.engine.render(self.inc_config)
 
     @property
     def maximize(self) -> bool:
@@ -127,17 +131,18 @@ class _Night(NightState):
         self.say(f"  {name} round {r + 1}: {rec.status.value} {self.metric}={shown}")
 
 
-def _same(setup: TuningSetup, a: RenderedConfig, b: RenderedConfig) -> bool:
+def _same(setup: TuningSetup, a: EngineConfig, b: EngineConfig) -> bool:
     """Do ``a`` and ``b`` launch the same engine command? Compared as launched: the fixed and
     baseline flags added, flag order aside (a deployed file holds every flag of its command, a
     study's baseline none: the run's export of its baseline is that baseline, one arm, not two)."""
 
-    return same_flags(setup.engine_argv(a.args), setup.engine_argv(b.args)) and dict(a.env) == dict(b.env)
+    words_a, words_b = setup.engine.render(a), setup.engine.render(b)
+    return same_flags(setup.engine_argv(a), setup.engine_argv(b)) and dict(words_a.env) == dict(words_b.env)
 
 
 def _incumbent(
     setup: TuningSetup, study: optuna.Study, options: NightOptions, previous: NightRecord | None
-) -> tuple[str, RenderedConfig, dict[str, Any] | None]:
+) -> tuple[str, EngineConfig, dict[str, Any] | None]:
     """(label, configuration, params when it came from this study): the deployed file (--incumbent,
     else the export path when it exists, whoever wrote it: `run`, a night, a rollback, a person),
     else the last promotion, else the baseline."""
@@ -146,18 +151,18 @@ def _incumbent(
         _, args = config_to_args(deployed)
         known = previous.incumbent_params if previous and previous.incumbent_args == args else None
         label = f"incumbent {deployed.name}" + ("" if options.incumbent else " (deployed)")
-        return label, RenderedConfig(args=tuple(args)), known  # params: the same file as last night
+        return label, EngineConfig.recorded(args), known  # params: the same file as last night
     if previous is not None and previous.incumbent_args is not None:
         return (
             "incumbent (last promoted)" if previous.incumbent_params else "incumbent (baseline)",
-            RenderedConfig(args=tuple(previous.incumbent_args), env=dict(previous.incumbent_env)),
+            EngineConfig.recorded(previous.incumbent_args, previous.incumbent_env),
             previous.incumbent_params,
         )
     return "incumbent (baseline)", _baseline_config(setup, study), {}
 
 
-def _baseline_config(setup: TuningSetup, study: optuna.Study) -> RenderedConfig:
-    return render_reference(setup.space, study.user_attrs.get(REFERENCE_ATTR))
+def _baseline_config(setup: TuningSetup, study: optuna.Study) -> EngineConfig:
+    return reference_config(setup.space, study.user_attrs.get(REFERENCE_ATTR))
 
 
 def begin_night(
@@ -228,7 +233,7 @@ def remeasure(n: _Night) -> None:
         if (
             rec is not None
             and rec.baseline
-            and _same(n.setup, RenderedConfig(rec.rendered_args, rec.rendered_env), arms[0][1])
+            and _same(n.setup, EngineConfig.recorded(rec.rendered_args, rec.rendered_env), arms[0][1])
         ):
             first = rec
         elif rec is not None:

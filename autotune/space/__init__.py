@@ -10,11 +10,12 @@ from autotune.space._argv import (
     merge_flag_items,
     split_engine_arg,
 )
+from autotune.space._config import EngineConfig
 from autotune.space._fixed import fix_space
 from autotune.space._load import load_search_space
 from autotune.space._model import PROFILE_NAMES, Condition, Parameter, SearchSpace
 from autotune.space._profile import EngineProfileLike, apply_profile, describe_target
-from autotune.space._render import RenderedConfig, describe_values, merge_json, render_values
+from autotune.space._render import RenderedConfig, describe_values, format_value, json_value, merge_json
 from autotune.space._roles import (
     HOST_POOL_FIELDS,
     MEMORY_ROLES,
@@ -32,6 +33,7 @@ __all__ = [
     "ROLES",
     "SHARE_KEYS",
     "Condition",
+    "EngineConfig",
     "EngineProfileLike",
     "FlagPairs",
     "Parameter",
@@ -46,10 +48,11 @@ __all__ = [
     "flag_pairs",
     "flag_stem",
     "flags_to_argv",
+    "format_value",
+    "json_value",
     "load_search_space",
     "measured_bytes",
     "merge_flag_items",
     "merge_json",
-    "render_values",
     "split_engine_arg",
 ]

@@ -10,7 +10,7 @@ from autotune.study._baseline import (
     baseline_what,
     ensure_baseline,
     load_or_create,
-    render_reference,
+    reference_config,
     study_sampler,
 )
 from autotune.study._best import best_feasible, completed_trials, in_scope, unmeasured
@@ -101,7 +101,7 @@ __all__ = [
     "parse_slo",
     "read_record",
     "redact_url",
-    "render_reference",
+    "reference_config",
     "resolve_storage_url",
     "run_study",
     "saturation_summary",

@@ -14,7 +14,7 @@ from typing import Any
 import optuna
 
 from autotune.errors import StorageError
-from autotune.space import RenderedConfig, SearchSpace, render_values
+from autotune.space import EngineConfig, SearchSpace
 from autotune.study._best import completed_trials
 from autotune.study._objective import Objective
 from autotune.study._record import BASELINE_ATTR, read_record
@@ -27,7 +27,7 @@ __all__ = [
     "baseline_what",
     "ensure_baseline",
     "load_or_create",
-    "render_reference",
+    "reference_config",
     "study_sampler",
 ]
 
@@ -59,9 +59,9 @@ def baseline_throughput(study: optuna.Study) -> float | None:
     return (figures.output_throughput or None) if figures else None
 
 
-def render_reference(space: SearchSpace, reference: Mapping[str, Any] | None) -> RenderedConfig:
+def reference_config(space: SearchSpace, reference: Mapping[str, Any] | None) -> EngineConfig:
     """The baseline's flags: none (vLLM's defaults), or the study's runnable reference."""
-    return render_values(space, dict(reference)) if reference else RenderedConfig(args=())
+    return EngineConfig.chosen(space, dict(reference or {}))
 
 
 def ensure_baseline(

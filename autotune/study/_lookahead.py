@@ -51,10 +51,10 @@ class Lookahead:
         self.trial = trial
         if is_baseline(trial):
             return  # the baseline's values are settled at its turn (a re-check may change them)
-        rendered = self.measure.launch_config(trial, self.measure.values(trial))
-        if rendered is None:
+        config = self.measure.launch_config(trial, self.measure.values(trial))
+        if config is None:
             return  # a gate stands in for its launch
-        why = evaluator.prestart(trial.number, rendered)
+        why = evaluator.prestart(trial.number, config)
         if why is None:
             log.info("trial %d: engine started while trial %d replays", trial.number, current.number)
         else:

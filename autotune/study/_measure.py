@@ -12,7 +12,7 @@ from typing import Any
 
 import optuna
 
-from autotune.space import Parameter, RenderedConfig, SearchSpace, describe_values, render_values
+from autotune.space import EngineConfig, Parameter, SearchSpace, describe_values
 from autotune.study._baseline import REFERENCE_ATTR, baseline_throughput, ensure_baseline
 from autotune.study._gates import Gate, GateVerdict, is_baseline
 from autotune.study._journal import PendingJournal
@@ -86,11 +86,11 @@ class TrialMeasure:
     def before_ask(self, study: optuna.Study) -> None:
         """Nothing: the sampler (or the waiting baseline) picks the next trial."""
 
-    def launch_config(self, trial: optuna.Trial, values: Mapping[str, Any]) -> RenderedConfig | None:
+    def launch_config(self, trial: optuna.Trial, values: Mapping[str, Any]) -> EngineConfig | None:
         """What ``trial`` would launch with ``values``; None when a gate's verdict stands instead."""
         if self._verdict(trial, values, quiet=True) is not None:
             return None
-        return render_values(self.space, dict(values)) if values else RenderedConfig(args=())
+        return EngineConfig.chosen(self.space, values)
 
     def values(self, trial: optuna.Trial) -> dict[str, Any]:
         """The baseline's reference (none: vLLM's defaults), or what the sampler proposes."""
@@ -109,7 +109,7 @@ class TrialMeasure:
         return suggest_values(trial, self.space)
 
     def __call__(self, trial: optuna.Trial, values: Mapping[str, Any]) -> float | None:
-        rendered = render_values(self.space, dict(values)) if values else RenderedConfig(args=())
+        config = EngineConfig.chosen(self.space, values)
         verdict = self._verdict(trial, values)
         if verdict is not None and verdict.reuse is not None:
             return reuse_measurement(trial, verdict.reuse, is_baseline(trial))
@@ -118,16 +118,17 @@ class TrialMeasure:
         if verdict is not None and verdict.record is not None:
             record = verdict.record
         else:
-            record = self.evaluator(trial.number, rendered, self._listener(trial))
+            record = self.evaluator(trial.number, config, self._listener(trial))
         if self.predict is not None:
             record = record.with_(predicted=dict(self.predict(values)))
         if record.status is TrialStatus.PRUNED:
             log.info("trial %d pruned: %s", trial.number, record.reason)
+            rendered = self.evaluator.render(config)
             write_record(
                 trial, record.with_(rendered_args=tuple(rendered.args), rendered_env=dict(rendered.env))
             )
             raise optuna.TrialPruned(record.reason)
-        return self._record(trial, values, rendered, record)
+        return self._record(trial, values, config, record)
 
     def _verdict(
         self, trial: optuna.Trial, values: Mapping[str, Any], *, quiet: bool = False
@@ -156,7 +157,7 @@ class TrialMeasure:
         )
 
     def _record(
-        self, trial: optuna.Trial, values: Mapping[str, Any], rendered: RenderedConfig, record: TrialRecord
+        self, trial: optuna.Trial, values: Mapping[str, Any], config: EngineConfig, record: TrialRecord
     ) -> float | None:
         """Store the outcome with its constraints (the sampler learns the infeasible region from
         them); the objective value (None when nothing was measured)."""
@@ -168,6 +169,7 @@ class TrialMeasure:
             memory_violations=len(record.violations),
         )
         names = objective.constraint_names()
+        rendered = self.evaluator.render(config)  # the engine's words, kept for re-runs and the report
         record = record.with_(
             rendered_args=tuple(rendered.args),
             rendered_env=dict(rendered.env),

@@ -20,7 +20,7 @@ from typing import Any, Protocol, runtime_checkable
 import optuna
 
 from autotune.metrics import figure_value
-from autotune.space import RenderedConfig
+from autotune.space import EngineConfig, RenderedConfig
 
 __all__ = [
     "BASELINE_ATTR",
@@ -332,15 +332,19 @@ class Evaluator(Protocol):
     """Measures one configuration (the study's only view of the outside world)."""
 
     def __call__(
-        self, number: int, rendered: RenderedConfig, listener: TrialListener | None = None
+        self, number: int, config: EngineConfig, listener: TrialListener | None = None
     ) -> TrialRecord: ...
+
+    def render(self, config: EngineConfig) -> RenderedConfig:
+        """``config`` in its engine's words, as the trial's record keeps them (the engine renders it)."""
+        ...
 
 
 @runtime_checkable
 class Prestarter(Protocol):
     """An evaluator that can start a trial's engine ahead of its turn (overlapped starts)."""
 
-    def prestart(self, number: int, rendered: RenderedConfig) -> str | None:
+    def prestart(self, number: int, config: EngineConfig) -> str | None:
         """Start ``number``'s engine now; the reason when it does not (it then starts at its turn)."""
         ...
 

@@ -11,17 +11,17 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from autotune.engine import sizes_memory
+from autotune.engine import EngineSizing, sizes_memory
 from autotune.space import (
     HOST_POOL_FIELDS,
     MEMORY_ROLES,
+    EngineConfig,
     Parameter,
     SearchSpace,
     describe_values,
-    render_values,
 )
 from autotune.trial._memory_guard import MemoryGuard
 
@@ -42,16 +42,16 @@ def _reads_memory(p: Parameter) -> bool:
 
 
 def clip_space(
-    space: SearchSpace, guard: MemoryGuard, argv_of: Callable[[Sequence[str]], list[str]]
+    space: SearchSpace, guard: MemoryGuard, sizing_of: Callable[[EngineConfig], EngineSizing]
 ) -> tuple[SearchSpace, tuple[str, ...]]:
     """``space`` less the values no configuration of it fits with, and one line per clipped parameter.
 
-    ``argv_of``: the engine's flags for a configuration's rendered flags (the fixed ones added)."""
+    ``sizing_of``: the engine's reading of a configuration's memory (the fixed flags included)."""
     knobs = {n: p for n, p in space.tunable.items() if _reads_memory(p)}
     grids = {n: p.grid() for n, p in knobs.items()}
     if not knobs or math.prod(len(g) for g in grids.values()) > GRID_LIMIT:
         return space, ()
-    fits, why = _fitting_values(space, guard, grids, argv_of)
+    fits, why = _fitting_values(space, guard, grids, sizing_of)
     if not any(fits.values()):
         return space, ()  # nothing fits: each trial is recorded infeasible with its reason
     params, lines = dict(space.parameters), []
@@ -76,7 +76,7 @@ def _fitting_values(
     space: SearchSpace,
     guard: MemoryGuard,
     grids: Mapping[str, list[Any]],
-    argv_of: Callable[[Sequence[str]], list[str]],
+    sizing_of: Callable[[EngineConfig], EngineSizing],
 ) -> tuple[dict[str, set[Any]], dict[tuple[str, Any], str]]:
     """Every configuration of the grids checked against one reading of the machine: each
     parameter's values that fit in at least one, and for a (parameter, value) that did not, the
@@ -86,7 +86,7 @@ def _fitting_values(
     why: dict[tuple[str, Any], str] = {}
     for combo in itertools.product(*grids.values()):
         values = dict(zip(grids, combo, strict=True))
-        verdict = guard.check(argv_of(render_values(space, values).args), facts)
+        verdict = guard.check(sizing_of(EngineConfig.chosen(space, values)), facts)
         for name, value in values.items():
             if verdict.feasible:
                 fits[name].add(value)

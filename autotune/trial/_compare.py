@@ -18,7 +18,7 @@ from typing import Any
 from autotune.errors import ConfigError
 from autotune.export import config_to_args
 from autotune.metrics import COMPARED, Source, shown_in
-from autotune.space import RenderedConfig
+from autotune.space import EngineConfig
 from autotune.study import Evaluator, TrialRecord
 
 __all__ = [
@@ -119,7 +119,7 @@ def _figures(record: TrialRecord, extra: Sequence[str] = ()) -> dict[str, float]
 
 def compare_configs(
     evaluator: Evaluator,
-    arms: Sequence[tuple[str, Sequence[str] | RenderedConfig]],
+    arms: Sequence[tuple[str, Sequence[str] | EngineConfig]],
     *,
     rounds: int,
     on_run: Callable[[str, int, TrialRecord], None] | None = None,
@@ -133,7 +133,7 @@ def compare_configs(
     n = 0
     for r in range(rounds):
         for name, args in arms:
-            config = args if isinstance(args, RenderedConfig) else RenderedConfig(args=tuple(args))
+            config = args if isinstance(args, EngineConfig) else EngineConfig.recorded(tuple(args))
             record = evaluator(n, config)  # the environment a configuration sets comes along
             n += 1
             runs[name].append(record)
@@ -143,8 +143,8 @@ def compare_configs(
                 on_run(name, r, record)
     (na, aa), (nb, ab) = arms
 
-    def argv(x: Sequence[str] | RenderedConfig) -> tuple[str, ...]:
-        return x.args if isinstance(x, RenderedConfig) else tuple(x)
+    def argv(x: Sequence[str] | EngineConfig) -> tuple[str, ...]:
+        return evaluator.render(x).args if isinstance(x, EngineConfig) else tuple(x)
 
     return Comparison(
         a=ArmSummary(na, argv(aa), tuple(runs[na]), figs[na]),

@@ -41,12 +41,13 @@ from autotune.engine import (
     ArgChecker,
     Engine,
     EngineProcess,
+    EngineSizing,
     LaunchSpec,
     kernel_fallback_note,
 )
 from autotune.errors import EngineCrashed, EngineStartError
 from autotune.memory import MemorySampler
-from autotune.space import RenderedConfig
+from autotune.space import EngineConfig, RenderedConfig
 from autotune.study import Figures, Metrics, TrialListener, TrialRecord, TrialStatus
 from autotune.trial._capacity import LevelContext, run_levels
 from autotune.trial._checkpoints import PassCheckpoints
@@ -121,32 +122,37 @@ class VllmEvaluator:
     _early: PrestartSlot = field(default_factory=PrestartSlot, init=False, repr=False)
 
     def __call__(
-        self, number: int, rendered: RenderedConfig, listener: TrialListener | None = None
+        self, number: int, config: EngineConfig, listener: TrialListener | None = None
     ) -> TrialRecord:
         t_call = time.monotonic()
-        early = self._early.take(number, _key(rendered))  # its engine, started while the last trial replayed
-        proc = early.proc if early is not None else self._process(number, rendered)
+        key = _key(self.render(config))
+        early = self._early.take(number, key)  # its engine, started while the last trial replayed
+        proc = early.proc if early is not None else self._process(number, config)
         command = tuple(proc.argv)
         base = TrialRecord(status=TrialStatus.OK, command=command, engine=self.engine_label)
         if early is None:
-            rejected = self._reject(number, base, proc.argv)
+            rejected = self._reject(number, base, proc.argv, config)
             if rejected is not None:
                 return rejected
         return self._run(number, proc, base, listener, early.at if early is not None else None, t_call)
 
-    def prestart(self, number: int, rendered: RenderedConfig) -> str | None:
+    def render(self, config: EngineConfig) -> RenderedConfig:
+        """``config`` in its engine's words, as a trial's record keeps them."""
+        return self.engine.render(config)
+
+    def prestart(self, number: int, config: EngineConfig) -> str | None:
         """Start trial ``number``'s engine now, beside the one that replays (overlapped starts); its
         trial takes it. The reason when it is not started (it then starts at its turn, as usual)."""
-        proc = self._process(number, rendered)
+        proc = self._process(number, config)
         base = TrialRecord(status=TrialStatus.OK, command=tuple(proc.argv), engine=self.engine_label)
-        rejected = self._reject(number, base, proc.argv)
+        rejected = self._reject(number, base, proc.argv, config)
         if rejected is not None:
             return rejected.reason or "rejected before launch"
-        why = overlap_refusal(self.memory, proc.argv[len(self.spec.launcher) :])
+        why = overlap_refusal(self.memory, self._sizing(config))
         if why is not None:
             return why
         try:
-            self._early.put(number, _key(rendered), proc)
+            self._early.put(number, _key(self.render(config)), proc)
         except OSError as exc:  # it starts at its turn instead, and fails there if it must
             return f"could not start it early: {exc}"
         return None
@@ -155,16 +161,23 @@ class VllmEvaluator:
         """Stop the engine started ahead (only trial ``number``'s, when given) whose trial will not take it."""
         self._early.discard(number)
 
-    def _process(self, number: int, rendered: RenderedConfig) -> EngineProcess:
+    def _process(self, number: int, config: EngineConfig) -> EngineProcess:
         return self.engine.process(
-            self.spec, rendered, self.log_dir / f"trial-{number:04d}.log", shm_patterns=self.shm_patterns
+            self.spec, config, self.log_dir / f"trial-{number:04d}.log", shm_patterns=self.shm_patterns
         )
 
-    def _reject(self, number: int, base: TrialRecord, argv: list[str]) -> TrialRecord | None:
+    def _sizing(self, config: EngineConfig) -> EngineSizing:
+        platform = self.memory.platform if self.memory is not None else "cpu"
+        return self.engine.sizing(self.spec, config, platform)
+
+    def _reject(
+        self, number: int, base: TrialRecord, argv: list[str], config: EngineConfig
+    ) -> TrialRecord | None:
         return reject_before_launch(
             number,
             base,
             argv[len(self.spec.launcher) :],
+            self._sizing(config),
             checker=self.arg_checker,
             memory=self.memory,
             engine_name=self.engine.name,

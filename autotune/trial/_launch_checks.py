@@ -7,7 +7,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import asdict
 
-from autotune.engine import ArgChecker
+from autotune.engine import ArgChecker, EngineSizing
 from autotune.study import TrialRecord, TrialStatus
 from autotune.trial._memory_guard import MemoryGuard
 
@@ -20,12 +20,15 @@ def reject_before_launch(
     number: int,
     base: TrialRecord,
     engine_argv: Sequence[str],
+    sizing: EngineSizing,
     *,
     checker: ArgChecker | None,
     memory: MemoryGuard | None,
     engine_name: str,
 ) -> TrialRecord | None:
-    """The infeasible record of trial ``number`` (``base`` filled in), or None when it may start."""
+    """The infeasible record of trial ``number`` (``base`` filled in), or None when it may start:
+    ``engine_argv`` (the engine's command) for its own parser, ``sizing`` (its reading of the
+    configuration) for the memory check."""
     if checker is not None:
         check = checker.check(list(engine_argv))
         if not check.ok:
@@ -37,7 +40,7 @@ def reject_before_launch(
                 f"before launch: {check.error}",
             )
     if memory is not None:
-        verdict = memory.check(engine_argv)
+        verdict = memory.check(sizing)
         if not verdict.feasible:
             log.info("trial %d: does not fit: %s", number, "; ".join(verdict.reasons))
             return base.with_(

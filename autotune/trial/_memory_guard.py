@@ -1,7 +1,8 @@
 """Memory before and during a trial: feasibility before launch, measured peaks while it runs.
 
-The seam between the trial loop and :mod:`autotune.memory`: it turns a rendered vLLM command
-into the estimator's input, and a run's memory peaks into constraint violations.
+The seam between the trial loop and :mod:`autotune.memory`: it turns a configuration's sizing (the
+engine's reading of it, ``Engine.sizing``) into the estimator's input, and a run's memory peaks into
+constraint violations.
 
 A worker's guard (:meth:`MemoryGuard.for_gpus`) sees only the GPUs the worker was given: the
 feasibility check, the sampler, ``gpu_used`` and the wait for release act on those alone, so a
@@ -14,12 +15,12 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from autotune.engine import HOST_POOL_FLAGS, EngineSizing, sizing_from_argv
+from autotune.engine import HOST_POOL_FLAGS, EngineSizing
 from autotune.memory import (
     DEFAULT_HOST_SHARE,
     HOST_MEMORY_ENV,
@@ -57,9 +58,6 @@ class MemoryGuard:
     host_share: float = DEFAULT_HOST_SHARE
     allow_swap: bool = False
     load_format_dummy: bool = False
-    sizing_fn: Callable[[Sequence[str], Literal["cuda", "cpu"]], EngineSizing] = (
-        sizing_from_argv  # the engine's
-    )
     gpus: tuple[int, ...] | None = None  # the GPUs it watches (NVML indices); None: every visible one
 
     def for_gpus(self, gpus: Sequence[int]) -> MemoryGuard:
@@ -82,16 +80,13 @@ class MemoryGuard:
         shape = ModelShape.from_config(path)
         return cls(shape=shape, weights=weight_bytes(path, shape), platform=platform, probe=probe, **kw)
 
-    def sizing(self, engine_argv: Sequence[str]) -> EngineSizing:
-        return self.sizing_fn(engine_argv, self.platform)
-
     def facts(self) -> MachineFacts:
         """The machine as this guard sees it now (one reading: pass it to several :meth:`check` calls)."""
         return read_machine_facts(self.probe)
 
-    def check(self, engine_argv: Sequence[str], facts: MachineFacts | None = None) -> FeasibilityVerdict:
-        """Would this command fit the machine (``facts``: one reading of it; default: read now)?"""
-        sizing = self.sizing(engine_argv)
+    def check(self, sizing: EngineSizing, facts: MachineFacts | None = None) -> FeasibilityVerdict:
+        """Would a configuration of this sizing fit the machine (``facts``: one reading of it;
+        default: read now)?"""
         request = self._request(sizing)
         facts = facts if facts is not None else read_machine_facts(self.probe)
         ranks = sizing.ranks
@@ -122,9 +117,9 @@ class MemoryGuard:
             reasons += [r for r in verdict.reasons if r not in reasons]
         return FeasibilityVerdict(feasible=not reasons, reasons=tuple(reasons), estimate=estimate)
 
-    def served(self, engine_argv: Sequence[str]) -> tuple[ModelShape, int]:
-        """The model's shape and weight bytes as this command serves it (its ``--dtype``)."""
-        return self._served(self.sizing(engine_argv))
+    def served(self, sizing: EngineSizing) -> tuple[ModelShape, int]:
+        """The model's shape and weight bytes as a configuration of this sizing serves it (its dtype)."""
+        return self._served(sizing)
 
     def _served(self, s: EngineSizing) -> tuple[ModelShape, int]:
         shape = self.shape.served_as(s.dtype)
@@ -132,10 +127,9 @@ class MemoryGuard:
             return shape, self.weights  # quantized weights keep their width whatever --dtype says
         return shape, self.weights * shape.serving_dtype_bytes // self.shape.serving_dtype_bytes
 
-    def kv_bytes_per_token(self, engine_argv: Sequence[str]) -> int:
-        """KV bytes per token under this command's ``--dtype`` and ``--kv-cache-dtype``: what a GPU
-        block or a host-pool slot costs (the pool holds the GPU's blocks as they are)."""
-        s = self.sizing(engine_argv)
+    def kv_bytes_per_token(self, s: EngineSizing) -> int:
+        """KV bytes per token under this sizing's dtype and KV cache dtype: what a GPU block or a
+        host-pool slot costs (the pool holds the GPU's blocks as they are)."""
         return self._served(s)[0].kv_bytes_per_token(s.kv_cache_dtype)
 
     def _request(self, s: EngineSizing) -> FeasibilityInput:

@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 
-from autotune.engine import EngineProcess
+from autotune.engine import EngineProcess, EngineSizing
 from autotune.errors import EngineStartError
 from autotune.memory import read_machine_facts
 from autotune.trial._memory_guard import MemoryGuard
@@ -27,11 +26,12 @@ GiB = 2**30
 OVERLAP_MARGIN_BYTES = 2 * GiB  # beyond the next engine's share: CUDA context, allocator slack
 
 
-def overlap_refusal(guard: MemoryGuard | None, next_argv: Sequence[str]) -> str | None:
-    """Why the engine of ``next_argv`` may not start beside the running one (None: it may)."""
+def overlap_refusal(guard: MemoryGuard | None, sizing: EngineSizing) -> str | None:
+    """Why the next engine (its configuration's ``sizing``) may not start beside the running one
+    (None: it may)."""
     if guard is None:
         return "memory checks are off, so whether two engines fit is unknown"
-    verdict = guard.check(next_argv)  # the host and GPU as they are now, the running engine included
+    verdict = guard.check(sizing)  # the host and GPU as they are now, the running engine included
     if not verdict.feasible:
         return "; ".join(verdict.reasons)
     if guard.platform != "cuda":
@@ -39,7 +39,7 @@ def overlap_refusal(guard: MemoryGuard | None, next_argv: Sequence[str]) -> str 
     facts = read_machine_facts(guard.probe)
     if not facts.gpus:
         return "no GPU memory reading"
-    share = guard.sizing(next_argv).gpu_memory_utilization
+    share = sizing.gpu_memory_utilization
     for gpu in facts.gpus:
         need = share * gpu.total + OVERLAP_MARGIN_BYTES
         free = gpu.total - gpu.used

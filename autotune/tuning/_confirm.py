@@ -14,7 +14,7 @@ from typing import Any
 
 import optuna
 
-from autotune.space import RenderedConfig
+from autotune.space import EngineConfig
 from autotune.study import COST_FIGURES, Objective, TrialRecord, baseline_trial, best_feasible, read_record
 from autotune.trial import ArmSummary, Comparison, VllmEvaluator, compare_configs, significant_gain
 from autotune.tuning._gpus import DEVICES_PREFIX
@@ -24,8 +24,8 @@ __all__ = ["ArmVerdict", "Noise", "confirm_best", "judge_gain", "on_shared_gpu",
 log = logging.getLogger(__name__)
 
 
-def _config(rec: TrialRecord) -> RenderedConfig:
-    return RenderedConfig(args=rec.rendered_args, env=rec.rendered_env)
+def _config(rec: TrialRecord) -> EngineConfig:
+    return EngineConfig.recorded(rec.rendered_args, rec.rendered_env)
 
 
 def _above_the_base_bracket(result: Any, why: str) -> tuple[bool, str]:

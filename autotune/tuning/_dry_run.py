@@ -9,7 +9,7 @@ from typing import Any
 import optuna
 
 from autotune.engine import LaunchSpec, transfer_config
-from autotune.space import RenderedConfig, render_values
+from autotune.space import EngineConfig, RenderedConfig
 from autotune.study import suggest_values
 from autotune.tuning._setup import TuningSetup
 
@@ -53,14 +53,15 @@ def preview_commands(
         sampler_study.tell(trial, 0.0)
     out = []
     for label, values in configs:
-        rendered = render_values(space, values) if values else RenderedConfig(args=())
-        argv = setup.engine.argv(spec, rendered, _PORT)
+        config = EngineConfig.chosen(space, values)
+        rendered = setup.engine.render(config)
+        argv = setup.engine.argv(spec, config, _PORT)
         engine_argv = argv[len(spec.launcher) :]
         error = None
         if checker is not None:
             check = checker.check(engine_argv)
             error = None if check.ok else check.error
-        reasons = memory.check(engine_argv).reasons if memory is not None else ()
+        reasons = memory.check(setup.sizing(config)).reasons if memory is not None else ()
         out.append(
             CommandPreview(
                 label=label,

@@ -42,7 +42,7 @@ from autotune.predict import (
     this_machine,
     workload_shape,
 )
-from autotune.space import describe_values, render_values
+from autotune.space import EngineConfig, describe_values
 from autotune.study import (
     BASELINE_ATTR,
     FORECAST_ATTR,
@@ -109,9 +109,8 @@ class StudyForecast:
         """``values``' KV capacity and scheduler limits, as the engine would size its command."""
         space, guard = self.inputs.space, self.inputs.guard
         assert guard is not None
-        argv = self.inputs.engine_argv(render_values(space, dict(values)).args if values else ())
-        sizing = guard.sizing(argv)
-        est = guard.check(argv).estimate
+        sizing = self.inputs.sizing(EngineConfig.chosen(space, values))
+        est = guard.check(sizing).estimate
         per_token = est.kv_bytes_per_token if est is not None else 0
         if kv_tokens is None:
             kv_tokens = int((est.kv_tokens if est is not None else 0) * self._kv_scale)
@@ -338,7 +337,7 @@ class StudyForecast:
 
 
 def _per_token(inputs: PriorInputs) -> int:
-    est = inputs.guard.check(inputs.engine_argv(())).estimate if inputs.guard is not None else None
+    est = inputs.guard.check(inputs.sizing()).estimate if inputs.guard is not None else None
     return est.kv_bytes_per_token if est is not None else 0
 
 

@@ -25,7 +25,8 @@ from typing import Any, Protocol
 
 import optuna
 
-from autotune.space import SearchSpace, describe_values, render_values
+from autotune.engine import EngineSizing
+from autotune.space import EngineConfig, SearchSpace, describe_values
 from autotune.study import in_scope
 from autotune.trial import MemoryGuard
 from autotune.tuning._prior_lru import Chains, chains_of, lru_hit_share
@@ -54,9 +55,9 @@ class PriorInputs(Protocol):
     @property
     def model(self) -> str: ...
 
-    def engine_argv(self, tuned_args: Sequence[str] = ()) -> list[str]: ...
+    def sizing(self, config: EngineConfig | None = None) -> EngineSizing: ...
 
-    def fit_reasons(self, tuned_args: Sequence[str] = ()) -> tuple[str, ...]: ...
+    def fit_reasons(self, config: EngineConfig | None = None) -> tuple[str, ...]: ...
 
 
 @dataclass
@@ -89,9 +90,7 @@ class Prior:
         """Tokens a host pool of ``gib`` holds at this configuration's KV dtype (fp8 halves a token)."""
         setup = self._setup
         assert setup is not None and setup.guard is not None
-        per_token = setup.guard.kv_bytes_per_token(
-            setup.engine_argv(render_values(self.space, dict(values)).args)
-        )
+        per_token = setup.guard.kv_bytes_per_token(setup.sizing(EngineConfig.chosen(self.space, values)))
         return int(gib * GiB / per_token) if per_token else 0
 
     def _with_fixed(self, values: Mapping[str, Any]) -> dict[str, Any]:
@@ -105,12 +104,12 @@ class Prior:
         if setup is None or setup.guard is None:
             return None
         values = self._with_fixed(values)
-        argv = setup.engine_argv(render_values(self.space, values).args if values else ())
-        estimate = setup.guard.check(argv).estimate
+        sizing = setup.sizing(EngineConfig.chosen(self.space, values))
+        estimate = setup.guard.check(sizing).estimate
         if estimate is None or estimate.kv_tokens <= 0:
             return None
         pool_gib = float(self.space.value_of(self.space.roles.kv_pool, values) or 0)
-        per_token = setup.guard.kv_bytes_per_token(argv)
+        per_token = setup.guard.kv_bytes_per_token(sizing)
         pool = int(pool_gib * GiB / per_token) if per_token else 0
         return estimate.kv_tokens, estimate.block_size, pool
 
@@ -223,7 +222,7 @@ def _rows(prior: Prior, setup: PriorInputs, base: dict[str, Any], kv_knobs: list
         values.pop(pool or "", None)
         if caching is not None:
             values[caching[0]] = True
-        if setup.fit_reasons(render_values(prior.space, values).args):
+        if setup.fit_reasons(EngineConfig.chosen(prior.space, values)):
             continue
         cap = prior.capacity(values)
         if cap is not None:
@@ -273,7 +272,7 @@ def _working_set(prior: Prior, setup: PriorInputs, guard: MemoryGuard, block: in
     """The workload's block chains at ``block`` tokens a block, said in one line: what an unlimited
     prefix cache serves, and the working set in tokens and bytes of KV."""
     ch = prior.chains(block)
-    per_token = guard.kv_bytes_per_token(setup.engine_argv())
+    per_token = guard.kv_bytes_per_token(setup.sizing())
     prior.lines.append(
         f"prior: {len(setup.workload)} requests, {ch.prompt_tokens:,} prompt tokens ({tok_name}); an unlimited "
         f"prefix cache serves {prior.bound(block):.1%} of them at block {block}; working set "

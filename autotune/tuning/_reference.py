@@ -9,14 +9,14 @@ that passes the memory check), used as the baseline everywhere it is shown.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
 
 from autotune.engine import MEMORY_KNOB_FLAGS
-from autotune.space import FlagPairs, Parameter, SearchSpace, describe_values, render_values
+from autotune.space import EngineConfig, FlagPairs, Parameter, SearchSpace, describe_values
 
 __all__ = ["BaselinePlan", "plan_baseline", "recheck_baseline"]
 
@@ -31,7 +31,7 @@ class FitCheck(Protocol):
     def space(self) -> SearchSpace: ...
     @property
     def fixed(self) -> FlagPairs: ...
-    def fit_reasons(self, tuned_args: Sequence[str] = ()) -> tuple[str, ...]: ...
+    def fit_reasons(self, config: EngineConfig | None = None) -> tuple[str, ...]: ...
 
 
 @dataclass(frozen=True)
@@ -82,8 +82,7 @@ def plan_baseline(setup: FitCheck) -> BaselinePlan:
             if p.flag != knob or knob in fixed:
                 continue
             for value in _candidates(p):
-                rendered = render_values(setup.space, {name: value})
-                if not setup.fit_reasons(rendered.args):
+                if not setup.fit_reasons(EngineConfig.chosen(setup.space, {name: value})):
                     return BaselinePlan(
                         False, why, {name: value}, describe_values(setup.space, {name: value})
                     )

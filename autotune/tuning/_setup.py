@@ -22,12 +22,12 @@ from typing import Any, Literal
 
 from autotune.bench import ArrivalSpec
 from autotune.bench._capacity import CapacityPlan, arrival_span, base_request_rate
-from autotune.engine import ArgChecker, Engine, EngineProfile, LaunchSpec, engine_named
+from autotune.engine import ArgChecker, Engine, EngineProfile, EngineSizing, LaunchSpec, engine_named
 from autotune.errors import ConfigError
 from autotune.memory import read_machine_facts
 from autotune.space import (
+    EngineConfig,
     FlagPairs,
-    RenderedConfig,
     SearchSpace,
     apply_profile,
     fix_space,
@@ -216,9 +216,19 @@ class TuningSetup:
             return None
         return StudyForecast(self, self.objective.metric, seed=self.choices.seed or 0)
 
-    def engine_argv(self, tuned_args: Sequence[str] = ()) -> list[str]:
-        """The engine's flags for a configuration (fixed flags, then the tuned ones), port 0."""
-        return _engine_argv(self.engine, self.launch, tuned_args)
+    def engine_argv(self, config: EngineConfig | None = None) -> list[str]:
+        """The engine's flags for a configuration (fixed flags, then its own; none: the engine's
+        defaults), port 0, without the launcher: what its parser checks and a person reads."""
+        return _engine_argv(self.engine, self.launch, config or EngineConfig())
+
+    def sizing(self, config: EngineConfig | None = None) -> EngineSizing:
+        """What a configuration asks of memory (none: the engine's defaults), as the engine reads it."""
+        platform = self.guard.platform if self.guard is not None else self.platform
+        return self.engine.sizing(self.launch, config or EngineConfig(), platform)
+
+    def config(self, values: Mapping[str, Any]) -> EngineConfig:
+        """``values`` of this setup's space as the engine takes them."""
+        return EngineConfig.chosen(self.space, values)
 
     def space_lines(self) -> list[str]:
         """What the user's fixed flags take out of the search, said once (the run's header, the dry run)."""
@@ -234,11 +244,11 @@ class TuningSetup:
             return self
         return replace(self, guard=self.guard.for_gpus(gpus))
 
-    def fit_reasons(self, tuned_args: Sequence[str] = ()) -> tuple[str, ...]:
+    def fit_reasons(self, config: EngineConfig | None = None) -> tuple[str, ...]:
         """Why a configuration would not fit this machine (empty: it fits, or memory checks are off)."""
         if self.guard is None:
             return ()
-        return tuple(self.guard.check(self.engine_argv(tuned_args)).reasons)
+        return tuple(self.guard.check(self.sizing(config)).reasons)
 
     def check_fixed_flags(self) -> None:
         """The fixed flags, once, by the engine's own parser: a bad one fails the run up front."""
@@ -257,8 +267,8 @@ class TuningSetup:
         self._checkers.close()
 
 
-def _engine_argv(engine: Engine, launch: LaunchSpec, tuned_args: Sequence[str]) -> list[str]:
-    argv = engine.argv(launch, RenderedConfig(args=tuple(tuned_args)), 0)
+def _engine_argv(engine: Engine, launch: LaunchSpec, config: EngineConfig) -> list[str]:
+    argv = engine.argv(launch, config, 0)
     return argv[len(launch.launcher) :]
 
 
@@ -355,7 +365,6 @@ def _memory_guard(choices: StudySpec, engine: Engine, platform: Literal["cuda", 
         platform,
         host_share=choices.host_share,
         allow_swap=choices.allow_swap,
-        sizing_fn=engine.sizing,
     )
 
 
@@ -387,7 +396,7 @@ def _build(choices: StudySpec, engine: Engine) -> TuningSetup:
     clipped: tuple[str, ...] = ()
     if guard is not None:
         space = clamp_space(space, read_machine_facts(), choices.host_share)
-        space, clipped = clip_space(space, guard, lambda args: _engine_argv(engine, launch, args))
+        space, clipped = clip_space(space, guard, lambda config: engine.sizing(launch, config, platform))
     return TuningSetup(
         choices=choices,
         engine=engine,

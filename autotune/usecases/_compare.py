@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autotune.errors import ConfigError
+from autotune.space import EngineConfig
 from autotune.study import TrialRecord
 from autotune.studyfile import StudySpec
 from autotune.trial import Comparison, compare_configs, compare_recorded, config_to_args, read_measurement
@@ -89,7 +90,7 @@ class _RunLine:
 def _precheck(setup: TuningSetup, arms: list[tuple[str, list[str]]]) -> None:
     """The memory check ``run`` makes before a trial, for each arm, before anything starts."""
     for name, args in arms:
-        reasons = setup.fit_reasons(args)
+        reasons = setup.fit_reasons(EngineConfig.recorded(args))
         if reasons:
             raise ConfigError(
                 f"{name}: does not fit this machine: {'; '.join(reasons)} "

@@ -14,7 +14,7 @@ import pytest
 from autotune.bench import ArrivalSpec
 from autotune.engine import VLLM, LaunchSpec
 from autotune.engine._launch import CPU_LAUNCHER, parse_engine_args
-from autotune.space import RenderedConfig
+from autotune.space import EngineConfig
 from autotune.study import TrialRecord
 from autotune.trial import DEV_MODE_ENV, PassPlan, VllmEvaluator
 from autotune.workload import load_workload
@@ -69,10 +69,10 @@ def test_bench_of_a_running_server_agrees_with_a_trial_of_its_configuration(
         log_dir=tmp_path / "logs",
         passes=PassPlan(count=2),
     )
-    trial = _figures(evaluator(0, RenderedConfig(args=())))
+    trial = _figures(evaluator(0, EngineConfig()))
 
     out = tmp_path / "bench.json"
-    with VLLM.process(spec, RenderedConfig(args=()), tmp_path / "server.log") as server:  # the test's server
+    with VLLM.process(spec, EngineConfig(), tmp_path / "server.log") as server:  # the test's server
         server.wait_healthy()
         res = subprocess.run(
             [sys.executable, "-m", "autotune", "bench", "--url", server.base_url, "--workload", str(wl),

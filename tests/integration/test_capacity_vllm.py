@@ -23,7 +23,7 @@ from autotune.bench import ArrivalSpec, ReplayTarget, replay_client
 from autotune.bench._capacity import CapacityPlan, base_request_rate
 from autotune.engine import VLLM, VLLM_METRICS, LaunchSpec
 from autotune.engine._launch import CPU_LAUNCHER, parse_engine_args
-from autotune.space import RenderedConfig
+from autotune.space import EngineConfig
 from autotune.trial import DEV_MODE_ENV
 from autotune.trial._capacity import LevelContext, measure_level
 from autotune.workload import load_workload
@@ -65,7 +65,7 @@ def test_levels_do_not_depend_on_their_order_and_bench_brackets_a_running_vllm(
         startup_timeout_s=240,
         cache_dir=tmp_path / "cache",
     )
-    with VLLM.process(spec, RenderedConfig(args=()), tmp_path / "server.log") as server:
+    with VLLM.process(spec, EngineConfig(), tmp_path / "server.log") as server:
         server.wait_healthy()
         pid = server.pid
         # 1x, then 4x, then 1x again, each on an emptied cache; then 1x without emptying it (the control)

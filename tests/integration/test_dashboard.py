@@ -22,6 +22,7 @@ from autotune.study import (
     open_storage,
     run_study,
 )
+from tests.fakes.evaluators import over_words
 
 dashboard = pytest.importorskip("optuna_dashboard", reason="optuna-dashboard is in the test extras")
 
@@ -34,6 +35,7 @@ SPACE = SearchSpace.model_validate(
 )
 
 
+@over_words
 def _evaluator(number: int, rendered: RenderedConfig, listener: object = None) -> TrialRecord:
     if "32" in rendered.args:
         return TrialRecord(status=TrialStatus.FAILED, failure="out_of_memory", reason="CUDA out of memory")

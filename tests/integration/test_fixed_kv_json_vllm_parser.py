@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from autotune.engine import InstalledEngine, LaunchSpec, build_profile
+from autotune.engine import InstalledEngine, LaunchSpec, build_profile, render_values
 from autotune.engine._argcheck import VllmArgChecker
 from autotune.engine._launch import CPU_LAUNCHER, build_argv, parse_engine_args
-from autotune.space import SearchSpace, apply_profile, fix_space, load_search_space, render_values
+from autotune.space import SearchSpace, apply_profile, fix_space, load_search_space
 from tests.conftest import REPO
 from tests.integration.test_profiles_vllm_parser import _kv_transfer
 

@@ -27,7 +27,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from autotune.engine import kernel_fallback_note
+from autotune.engine import kernel_fallback_note, sizing_from_argv
 from autotune.memory import GiB, ModelShape, cpu_kv_tokens, estimate_memory, read_machine_facts, weight_bytes
 from autotune.trial import MemoryGuard
 from tests.conftest import wait_no_processes
@@ -189,8 +189,8 @@ def test_explicit_kv_bytes_match_vllm_exactly(
     tokens, length, concurrency = line.tokens, line.max_model_len, line.concurrency
     guard = MemoryGuard.for_model(str(tiny_model), "cpu")
     assert guard is not None
-    shape = guard.served(argv)[0]
-    est = guard.check([*argv, "--block-size", "128"]).estimate
+    shape = guard.served(sizing_from_argv(argv, guard.platform))[0]
+    est = guard.check(sizing_from_argv([*argv, "--block-size", "128"], guard.platform)).estimate
     assert est is not None
     print(
         f"vLLM: {tokens:,} tokens, {concurrency:.2f}x; estimate: {est.reported_tokens:,}, {est.max_concurrency:.2f}x"

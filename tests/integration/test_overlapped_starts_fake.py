@@ -103,13 +103,13 @@ def test_no_early_start_when_the_gpu_has_no_room_beside_the_running_engine(tmp_p
     # an 80 GiB GPU with 60 GiB in use: the next engine's share (0.92 by default) cannot start beside it
     probe = FakeProbe(gpu_list=[GpuMemory(index=0, name="H", total=80 * GiB, free=20 * GiB, used=60 * GiB)])
     evaluator = _setup(tmp_path, mark, probe, platform="cuda")
-    from autotune.space import RenderedConfig
+    from autotune.space import EngineConfig
 
-    why = evaluator.prestart(1, RenderedConfig(args=("--gpu-memory-utilization", "0.3")))
+    why = evaluator.prestart(1, EngineConfig.recorded(("--gpu-memory-utilization", "0.3")))
     assert why is not None and "GPU 0 has 20.0 GiB free beside the running engine" in why, why
     assert not processes_marked(mark)
     # with room for its share (0.1 of 80 GiB + the margin) it starts, and a trial that is not its own stops it
-    assert evaluator.prestart(1, RenderedConfig(args=("--gpu-memory-utilization", "0.1"))) is None
+    assert evaluator.prestart(1, EngineConfig.recorded(("--gpu-memory-utilization", "0.1"))) is None
     assert processes_marked(mark)
     evaluator.discard_prestart(2)  # another trial's: kept
     assert processes_marked(mark)

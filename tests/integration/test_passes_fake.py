@@ -14,7 +14,7 @@ import pytest
 
 from autotune.bench import ArrivalSpec
 from autotune.engine import LaunchSpec
-from autotune.space import RenderedConfig, load_search_space
+from autotune.space import EngineConfig, load_search_space
 from autotune.study import (
     IncumbentPruner,
     Objective,
@@ -71,7 +71,7 @@ def _evaluator(
 
 
 def test_three_passes_on_one_engine_with_the_cache_emptied_between_them(tmp_path: Path, mark: str) -> None:
-    rec = _evaluator(tmp_path, mark, 3, dict(DEV_MODE_ENV))(0, RenderedConfig(args=()))
+    rec = _evaluator(tmp_path, mark, 3, dict(DEV_MODE_ENV))(0, EngineConfig())
     assert rec.status is TrialStatus.OK, rec.reason
     assert len(rec.passes) == 3 and rec.figures is not None and rec.figures.completed == 3 * 16
     hits = [p["prefix_hit_rate"] for p in rec.passes]
@@ -85,15 +85,13 @@ def test_three_passes_on_one_engine_with_the_cache_emptied_between_them(tmp_path
 
 
 def test_a_reset_that_leaves_the_cache_full_is_said_on_the_record(tmp_path: Path, mark: str) -> None:
-    rec = _evaluator(tmp_path, mark, 2, {**DEV_MODE_ENV, "FAKE_RESET_KEEPS": "1"}, n=4)(
-        0, RenderedConfig(args=())
-    )
+    rec = _evaluator(tmp_path, mark, 2, {**DEV_MODE_ENV, "FAKE_RESET_KEEPS": "1"}, n=4)(0, EngineConfig())
     assert rec.status is TrialStatus.OK
     assert any("did not empty every cache tier" in n for n in rec.notes), rec.notes
 
 
 def test_without_dev_mode_the_trial_keeps_its_first_pass_and_says_why(tmp_path: Path, mark: str) -> None:
-    rec = _evaluator(tmp_path, mark, 3)(0, RenderedConfig(args=()))
+    rec = _evaluator(tmp_path, mark, 3)(0, EngineConfig())
     assert rec.status is TrialStatus.OK and len(rec.passes) == 1
     assert any("404" in n and "VLLM_SERVER_DEV_MODE=1" in n for n in rec.notes), rec.notes
 
@@ -177,11 +175,11 @@ def test_the_last_checkpoint_of_the_last_pass_never_stops_a_trial(tmp_path: Path
     def stop_at_the_end_of_a_pass(step: int, partial: object) -> str | None:
         return "worse than the incumbent" if step > 0 and step % last == 0 else None
 
-    rec = one(0, RenderedConfig(args=()), listener=Answers(stop_at_the_end_of_a_pass))
+    rec = one(0, EngineConfig(), listener=Answers(stop_at_the_end_of_a_pass))
     assert rec.status is TrialStatus.OK, rec.reason
     assert rec.figures is not None and rec.figures.completed == 8
     two = _evaluator(tmp_path / "two", mark, 2, dict(DEV_MODE_ENV), n=8)
-    rec = two(0, RenderedConfig(args=()), listener=Answers(stop_at_the_end_of_a_pass))
+    rec = two(0, EngineConfig(), listener=Answers(stop_at_the_end_of_a_pass))
     assert rec.status is TrialStatus.PRUNED and len(rec.passes) == 1  # its second pass was saved
 
 
@@ -192,7 +190,7 @@ def test_the_connectors_own_log_lines_of_the_measured_passes_are_on_the_record(
     measured requests only: the warm-up's lines come before the mark and are left out."""
     ev = _evaluator(tmp_path, mark, 1, {"FAKE_LMCACHE_LOG": "1"}, n=6)
     ev.warmup_requests = 2
-    rec = ev(0, RenderedConfig(args=()))
+    rec = ev(0, EngineConfig())
     assert rec.status is TrialStatus.OK, rec.reason
     assert rec.metrics is not None
     assert rec.metrics.raw["lmcache_requests"] == 6  # not 8: the two warm-up requests are left out
@@ -214,14 +212,14 @@ def test_the_workload_shaped_warm_up_primes_no_prefix_and_pass_one_starts_from_a
     warm.warmup_requests = 2
     rates = []
     for ev in (cold, warm):
-        rec = ev(0, RenderedConfig(args=()))
+        rec = ev(0, EngineConfig())
         assert rec.status is TrialStatus.OK and rec.metrics is not None, rec.reason
         rates.append(rec.metrics.prefix_hit_rate)
     assert rates[0] == pytest.approx(rates[1]) and rates[0] > 0.5
 
     repeated = _evaluator(tmp_path, mark, 2, dict(DEV_MODE_ENV))
     repeated.warmup_requests = 2
-    rec = repeated(0, RenderedConfig(args=()))
+    rec = repeated(0, EngineConfig())
     assert rec.status is TrialStatus.OK, rec.reason
     log_text = (tmp_path / "trial-0000.log").read_text()
     assert log_text.count("prefix cache reset") == 2  # after the warm-up, and between the passes
@@ -241,7 +239,7 @@ def test_a_slow_report_does_not_hold_the_replay(tmp_path: Path, mark: str) -> No
             steps.append(step)
         return None
 
-    rec = ev(0, RenderedConfig(args=()), listener=Answers(slow_report))
+    rec = ev(0, EngineConfig(), listener=Answers(slow_report))
     assert rec.status is TrialStatus.OK, rec.reason
     assert steps == list(range(1, ev.checkpoints + 1))
     assert rec.requests_path is not None

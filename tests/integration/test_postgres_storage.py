@@ -21,6 +21,7 @@ from autotune.study import (
     resolve_storage_url,
     run_study,
 )
+from tests.fakes.evaluators import over_words
 
 URL = os.environ.get("AUTOTUNE_TEST_POSTGRES_URL")
 pytestmark = [
@@ -39,6 +40,7 @@ SPACE = SearchSpace.model_validate(
 )
 
 
+@over_words
 def _fake_evaluator(number: int, rendered: RenderedConfig, listener: object = None) -> TrialRecord:
     bs = int(rendered.args[1]) if rendered.args else 128
     ttft = 0.01 + abs(bs - 64) / 10000

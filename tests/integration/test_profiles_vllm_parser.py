@@ -20,10 +20,10 @@ from typing import Any
 
 import pytest
 
-from autotune.engine import EngineProfile, InstalledEngine, build_profile
+from autotune.engine import EngineProfile, InstalledEngine, build_profile, render_values
 from autotune.engine._argcheck import VllmArgChecker
 from autotune.engine._profiles import ASCEND_CONNECTOR_MODULES
-from autotune.space import SearchSpace, apply_profile, load_search_space, render_values
+from autotune.space import SearchSpace, apply_profile, load_search_space
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.vllm(alongside=True)

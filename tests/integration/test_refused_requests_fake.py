@@ -8,7 +8,7 @@ from pathlib import Path
 
 from autotune.bench import ArrivalSpec
 from autotune.engine import LaunchSpec
-from autotune.space import RenderedConfig
+from autotune.space import EngineConfig
 from autotune.study import TrialStatus
 from autotune.trial import VllmEvaluator
 from autotune.workload import load_workload
@@ -41,11 +41,11 @@ def test_a_refused_request_is_named_in_the_figures_and_a_trial_that_served_nothi
     tmp_path: Path, mark: str
 ) -> None:
     wl = tmp_path / "wl.jsonl"
-    rec = _evaluator(tmp_path, mark, [2, 2, 4000, 2])(0, RenderedConfig(args=()))
+    rec = _evaluator(tmp_path, mark, [2, 2, 4000, 2])(0, EngineConfig())
     assert rec.status is TrialStatus.OK and rec.figures is not None and rec.figures.failed == 1
     ((reason, count),) = rec.figures.failures.items()
     assert reason.startswith("HTTP 400: ") and reason.endswith(f"(at {wl}:3, id 'q2')") and count == 1
 
-    rec = _evaluator(tmp_path, mark, [4000, 4000])(1, RenderedConfig(args=()))
+    rec = _evaluator(tmp_path, mark, [4000, 4000])(1, EngineConfig())
     assert rec.status is TrialStatus.FAILED and rec.failure == "no_success"
     assert rec.reason is not None and f"(first at {wl}:1, id 'q0')" in rec.reason.split(";")[0], rec.reason

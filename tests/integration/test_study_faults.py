@@ -32,6 +32,7 @@ from autotune.study import (
 )
 from autotune.trial import check_request_sizes
 from autotune.workload import load_workload
+from tests.fakes.evaluators import OverWords, over_words
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -44,13 +45,13 @@ SPACE = SearchSpace.model_validate(
 )
 
 
-class Evaluator:
+class Evaluator(OverWords):
     """Block size 7 is refused by the 'engine' at start, as the CPU build refuses it."""
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, ...]] = []
 
-    def __call__(self, number: int, rendered: RenderedConfig, listener: object = None) -> TrialRecord:
+    def measure(self, number: int, rendered: RenderedConfig, listener: object = None) -> TrialRecord:
         self.calls.append(rendered.args)
         if "7" in rendered.args:
             return TrialRecord(status=TrialStatus.FAILED, failure="bad_flag", reason="block size 7 refused")
@@ -158,6 +159,7 @@ def test_a_request_longer_than_the_model_is_a_located_error_or_skipped(tmp_path:
 def test_a_study_of_only_failed_requests_names_the_workload_not_the_space(tmp_path: Path) -> None:
     study = _study(tmp_path)
 
+    @over_words
     def refused(number: int, rendered: RenderedConfig, listener: object = None) -> TrialRecord:
         bad = [
             RequestTiming(

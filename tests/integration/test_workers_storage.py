@@ -30,6 +30,7 @@ from autotune.study import (
     run_study,
     standard_gates,
 )
+from tests.fakes.evaluators import over_words
 
 REPO = Path(__file__).resolve().parents[2]
 SPACE = REPO / "search_spaces" / "cpu.yaml"
@@ -37,6 +38,7 @@ WRITERS, TRIALS = 4, 15
 
 
 def _evaluator(slot: int):  # type: ignore[no-untyped-def]
+    @over_words
     def evaluate(number: int, rendered: RenderedConfig, listener: object = None) -> TrialRecord:
         figures = {
             "completed": 10,

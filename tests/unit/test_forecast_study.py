@@ -16,7 +16,7 @@ import numpy as np
 import optuna
 import pytest
 
-from autotune.engine import sizing_from_argv
+from autotune.engine import VLLM, sizing_from_argv
 from autotune.predict import (
     Candidate,
     EngineCosts,
@@ -25,7 +25,7 @@ from autotune.predict import (
     simulate,
     workload_shape,
 )
-from autotune.space import RenderedConfig, load_search_space
+from autotune.space import EngineConfig, RenderedConfig, load_search_space
 from autotune.study import (
     BASELINE_ATTR,
     FORECAST_ATTR,
@@ -43,6 +43,7 @@ from autotune.tuning import StudyForecast, forecast_summary
 from autotune.tuning._forecast import STOPPED_ATTR
 from autotune.workload import load_workload
 from tests.conftest import REPO
+from tests.fakes.evaluators import OverWords
 
 SPACE = REPO / "benchmarks" / "data" / "predict_grid_space.yaml"
 COSTS = EngineCosts(
@@ -72,11 +73,8 @@ class _Estimate:
 class _Guard:
     """The memory estimate as the forecast reads it: the engine's sizing, KV tokens from the size."""
 
-    def sizing(self, argv: Sequence[str]) -> Any:
-        return sizing_from_argv(argv, "cpu")
-
-    def check(self, argv: Sequence[str]) -> Any:
-        kv = sizing_from_argv(argv, "cpu").kv_cache_memory_bytes or 20 * 2**20
+    def check(self, sizing: Any) -> Any:
+        kv = sizing.kv_cache_memory_bytes or 20 * 2**20
         return SimpleNamespace(estimate=_Estimate(kv // PER_TOKEN))
 
 
@@ -90,8 +88,11 @@ class _Inputs:
     def engine_argv(self, tuned_args: Sequence[str] = ()) -> list[str]:
         return ["serve", self.model, *BASE_ARGS, *tuned_args]
 
+    def sizing(self, config: EngineConfig | None = None) -> Any:
+        return sizing_from_argv(self.engine_argv(VLLM.render(config or EngineConfig()).args), "cpu")
 
-class _SimulatedEngine:
+
+class _SimulatedEngine(OverWords):
     """An evaluator whose engine is the model's own simulation at :data:`COSTS`: what it measures
     is what an exact model predicts."""
 
@@ -100,7 +101,7 @@ class _SimulatedEngine:
         self.shape = workload_shape(inputs.workload, inputs.model)
         self.starts = 0
 
-    def __call__(self, number: int, rendered: RenderedConfig, listener: Any = None) -> TrialRecord:
+    def measure(self, number: int, rendered: RenderedConfig, listener: Any = None) -> TrialRecord:
         self.starts += 1
         argv = self.inputs.engine_argv(rendered.args)
         sz = sizing_from_argv(argv, "cpu")

@@ -68,7 +68,9 @@ def preview_group(
             own = values.get(m.name, {})
             argv = m.argv(group.budget, split[m.name], own)
             check = checker.check(argv[len(m.setup.launch.launcher) :]) if checker is not None else None
-            env = _env_shown(m.setup.launch, m.rendered(group.budget, split[m.name], own))
+            env = _env_shown(
+                m.setup.launch, m.setup.engine.render(m.config(group.budget, split[m.name], own))
+            )
             error = None if check is None or check.ok else check.error
             engines.append(EnginePreview(m.name, tuple(argv), env, error, check is not None))
         used = sum(group.budget.used(split[n]) for n in group.names)

@@ -32,7 +32,7 @@ def _kv_tokens(
 ) -> tuple[int, int, int]:
     """(KV tokens, block size, KV bytes per token) of a model under ``fraction`` of the budget."""
     assert m.setup.guard is not None
-    est = m.setup.guard.check(m.engine_argv(budget, fraction, {}), facts).estimate
+    est = m.setup.guard.check(m.sizing(budget, fraction, {}), facts).estimate
     return (est.kv_tokens, est.block_size, est.kv_bytes_per_token) if est is not None else (0, 0, 0)
 
 
@@ -77,7 +77,7 @@ def prior_split(group: GroupSetup) -> PriorSplit:
     for m in group.models:
         _, block, per_token = _kv_tokens(m, group.budget, 1.0, facts)
         if not block and m.setup.guard is not None:
-            why = "; ".join(m.setup.guard.check(m.engine_argv(group.budget, 1.0, {}), facts).reasons)
+            why = "; ".join(m.setup.guard.check(m.sizing(group.budget, 1.0, {}), facts).reasons)
             return PriorSplit(
                 None, (f"prior split: off (no KV estimate for {m.name} on this machine: {why})",)
             )

@@ -16,10 +16,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from autotune.engine import budget_flag
+from autotune.engine import EngineSizing, budget_flag
 from autotune.errors import AutotuneError, ConfigError
 from autotune.memory import GiB, GpuMemory, MachineFacts, read_machine_facts
-from autotune.space import SHARE_KEYS, RenderedConfig, Role, SearchSpace, render_values
+from autotune.space import SHARE_KEYS, EngineConfig, Role, SearchSpace
 from autotune.studyfile import GroupFile, resolve_spec
 from autotune.trial import model_max_len
 from autotune.tuning._setup import TuningSetup, build_setup
@@ -104,15 +104,15 @@ class GroupModel:
         self, budget: GroupBudget, fraction: float, values: Mapping[str, Any], port: int = 0
     ) -> list[str]:
         """Its full command (launcher included) under a split and a configuration of its own space."""
-        return self.setup.engine.argv(self.setup.launch, self.rendered(budget, fraction, values), port)
+        return self.setup.engine.argv(self.setup.launch, self.config(budget, fraction, values), port)
 
-    def rendered(self, budget: GroupBudget, fraction: float, values: Mapping[str, Any]) -> RenderedConfig:
-        own = render_values(self.setup.space, values) if values else RenderedConfig(args=())
-        return replace(own, args=(*own.args, f"{budget.flag}={budget.value(fraction)}"))
+    def config(self, budget: GroupBudget, fraction: float, values: Mapping[str, Any]) -> EngineConfig:
+        """Its configuration: its own values, and its share of the budget by the budget's role."""
+        return self.setup.config(values).with_role(budget.role, budget.used(fraction))
 
-    def engine_argv(self, budget: GroupBudget, fraction: float, values: Mapping[str, Any]) -> list[str]:
-        """The command without its launcher (what vLLM's parser and the memory estimate read)."""
-        return self.argv(budget, fraction, values)[len(self.setup.launch.launcher) :]
+    def sizing(self, budget: GroupBudget, fraction: float, values: Mapping[str, Any]) -> EngineSizing:
+        """What it asks of memory under a split, as the engine reads its configuration."""
+        return self.setup.sizing(self.config(budget, fraction, values))
 
     def infeasible(
         self,
@@ -126,7 +126,7 @@ class GroupModel:
         guard = self.setup.guard
         if guard is None:
             return None
-        verdict = guard.check(self.engine_argv(budget, fraction, values), facts)
+        verdict = guard.check(self.sizing(budget, fraction, values), facts)
         est = verdict.estimate
         if est is not None and not est.fits_one_request:
             return (

@@ -171,12 +171,12 @@ class GroupEvaluator:
     ) -> TrialRecord:
         index = self.setup.names.index(name)
         model = self.setup.models[index]
-        rendered = model.rendered(self.setup.budget, fraction, own)
+        config = model.config(self.setup.budget, fraction, own)
         stop.turns[index].wait()
         if stop.failed is not None:
             return TrialRecord(status=TrialStatus.FAILED, failure="group_stopped", reason=stop.why())
         try:
-            record = self.evaluators[name](number, rendered, _GroupListener(stop, index))
+            record = self.evaluators[name](number, config, _GroupListener(stop, index))
         except _GroupStopped as exc:
             return TrialRecord(status=TrialStatus.FAILED, failure="group_stopped", reason=str(exc))
         except BaseException as exc:

@@ -8,7 +8,7 @@ import pytest
 
 from autotune.engine import CPU_FLAGS_ENV, VLLM, InstalledEngine, LaunchSpec, cpu_build_isa_note
 from autotune.engine._launch import CPU_LAUNCHER, parse_engine_args
-from autotune.space import RenderedConfig
+from autotune.space import EngineConfig
 
 ZEN3 = "fpu sse4_2 avx avx2 fma"
 
@@ -22,7 +22,7 @@ def cpu_build(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _argv(fixed: list[str], tuned: tuple[str, ...] = ()) -> list[str]:
     spec = LaunchSpec(model="/m", launcher=CPU_LAUNCHER, fixed_args=parse_engine_args(fixed))
-    return VLLM.argv(spec, RenderedConfig(args=tuned), 8000)[len(CPU_LAUNCHER) :]
+    return VLLM.argv(spec, EngineConfig.recorded(tuned), 8000)[len(CPU_LAUNCHER) :]
 
 
 DEMO = ["--enforce-eager", "--max-model-len=2048", "--kv-cache-memory-bytes=20M"]  # examples/study.yaml

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune.engine import GpuLease
+from autotune.engine import GpuLease, sizing_from_argv
 from autotune.engine._lease import LEASE_ENV
 from autotune.errors import ConfigError, StudyBusyError
 from autotune.memory import GiB, MemorySampler
@@ -154,8 +154,8 @@ def test_feasibility_reads_the_workers_gpu_not_the_first(setup: TuningSetup) -> 
     on0 = for_gpus(setup, groups[0], probe=probe)
     on1 = for_gpus(setup, groups[1], probe=probe)
     assert on0.guard is not None and on1.guard is not None
-    assert on1.guard.check(argv).feasible
-    verdict = on0.guard.check(argv)
+    assert on1.guard.check(sizing_from_argv(argv, on1.guard.platform)).feasible
+    verdict = on0.guard.check(sizing_from_argv(argv, on0.guard.platform))
     assert not verdict.feasible and "usable on GPU 0" in verdict.reasons[0]
     assert on1.guard.gpu_used() == probe.gpu_list[1].used  # not the sum over the host
     sampler = MemorySampler(1, on1.guard.probe)
@@ -172,9 +172,15 @@ def test_a_tensor_parallel_command_is_checked_per_rank(tmp_path: Path) -> None:
         single = for_gpus(setup, GpuGroup(0, gpus=(0,), names=("H100",)), probe=probe)
         pair = for_gpus(setup, GpuGroup(0, gpus=(0, 1), names=("H100", "H100")), probe=probe)
         assert single.guard is not None and pair.guard is not None
-        assert not single.guard.check(["--tensor-parallel-size", "1", *argv]).feasible
-        assert pair.guard.check(["--tensor-parallel-size", "2", *argv]).feasible
-        lacking = single.guard.check(["--tensor-parallel-size", "2", *argv])
+        assert not single.guard.check(
+            sizing_from_argv(["--tensor-parallel-size", "1", *argv], single.guard.platform)
+        ).feasible
+        assert pair.guard.check(
+            sizing_from_argv(["--tensor-parallel-size", "2", *argv], pair.guard.platform)
+        ).feasible
+        lacking = single.guard.check(
+            sizing_from_argv(["--tensor-parallel-size", "2", *argv], single.guard.platform)
+        )
         assert not lacking.feasible and "needs 2 GPUs" in lacking.reasons[0]
 
 
@@ -204,7 +210,11 @@ def test_compare_on_one_gpu_leases_it_and_reads_only_it(
     with on_gpus(setup, None, owner="compare") as same:
         assert same is setup
     with on_gpus(setup, "1", owner="compare", probe=probe) as on1:
-        assert on1.guard is not None and on1.guard.gpus == (1,) and on1.guard.check(argv).feasible
+        assert (
+            on1.guard is not None
+            and on1.guard.gpus == (1,)
+            and on1.guard.check(sizing_from_argv(argv, on1.guard.platform)).feasible
+        )
         assert on1.launch.process_env(RenderedConfig(args=()))["CUDA_VISIBLE_DEVICES"] == "1"
         with pytest.raises(StudyBusyError, match="compare"):  # a worker asking for GPU 1 now waits its turn
             GpuLease((1,)).acquire(settle_s=0)

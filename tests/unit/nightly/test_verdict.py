@@ -8,10 +8,11 @@ from typing import Any
 
 import optuna
 
+from autotune.engine import VLLM
 from autotune.nightly._history import NightRecord
 from autotune.nightly._night import _verdict
 from autotune.nightly._verdict import regression, regression_against_baseline
-from autotune.space import RenderedConfig
+from autotune.space import EngineConfig
 
 ARGS = ["--max-num-seqs", "16"]
 
@@ -32,7 +33,8 @@ def _previous(inc: dict[str, Any], base: dict[str, Any]) -> NightRecord:
 def _night(inc: dict[str, Any], base: dict[str, Any], previous: NightRecord, drift: list[str]) -> Any:
     return SimpleNamespace(
         previous=previous,
-        inc_config=RenderedConfig(args=tuple(ARGS), env={}),
+        inc_config=EngineConfig.recorded(ARGS),
+        inc_words=lambda: VLLM.render(EngineConfig.recorded(ARGS)),
         study=optuna.create_study(),
         inc_figure=inc,
         base_figure=base,

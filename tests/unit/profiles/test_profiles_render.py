@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from autotune.engine import EngineProfile, InstalledEngine, build_profile
+from autotune.engine import EngineProfile, InstalledEngine, build_profile, render_values
 from autotune.engine._profiles import ASCEND_CONNECTOR_MODULES
 from autotune.errors import SearchSpaceError
-from autotune.space import SearchSpace, apply_profile, load_search_space, render_values
+from autotune.space import SearchSpace, apply_profile, load_search_space
 
 SPACES = Path(__file__).resolve().parents[3] / "search_spaces"
 FULL = InstalledEngine("vllm", "0.33.0", "0.23.0", ASCEND_CONNECTOR_MODULES[0], "0.3.9")

@@ -23,6 +23,7 @@ from autotune.study import (
     run_study,
 )
 from autotune.trial import write_request_timings
+from tests.fakes.evaluators import OverWords
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -64,7 +65,7 @@ def timings_for(ttft_s: float, n: int = 20) -> list[RequestTiming]:
     return out
 
 
-class FakeEvaluator:
+class FakeEvaluator(OverWords):
     """Deterministic trials: TTFT by block size, throughput by max_num_seqs; ``--max-num-seqs 256``
     with ``--block-size 64`` runs out of memory (the engine never starts)."""
 
@@ -72,7 +73,7 @@ class FakeEvaluator:
         self.log_dir = log_dir
         self.fail_all = fail_all
 
-    def __call__(self, number: int, rendered: RenderedConfig, listener: object = None) -> TrialRecord:
+    def measure(self, number: int, rendered: RenderedConfig, listener: object = None) -> TrialRecord:
         args = list(rendered.args)
         command = ("vllm", "serve", "/models/tiny", "--max-model-len", "2048", "--port", "8000", *args)
         block, seqs = _flag(args, "--block-size"), _flag(args, "--max-num-seqs")

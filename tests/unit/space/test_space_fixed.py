@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from autotune.engine import InstalledEngine, build_profile
+from autotune.engine import InstalledEngine, build_profile, render_values
 from autotune.space import (
     SearchSpace,
     apply_profile,
@@ -13,7 +13,6 @@ from autotune.space import (
     flag_pairs,
     load_search_space,
     merge_flag_items,
-    render_values,
 )
 from tests.conftest import REPO
 

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from autotune.engine import render_values
 from autotune.errors import SearchSpaceError
-from autotune.space import load_search_space, render_values
+from autotune.space import load_search_space
 from tests.conftest import REPO
 
 SPACE = """

@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from autotune.space import Condition, SearchSpace, load_search_space, render_values
+from autotune.engine import render_values
+from autotune.space import Condition, SearchSpace, load_search_space
 
 SPACES = Path(__file__).resolve().parents[3] / "search_spaces"
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from autotune.space import RenderedConfig
+from autotune.space import EngineConfig, RenderedConfig
 from autotune.study import (
     BASELINE_ATTR,
     Objective,
@@ -40,14 +40,15 @@ class AheadEvaluator(FakeEvaluator):
         self.refuse = refuse
         self.discarded = 0
 
-    def __call__(self, number: int, rendered: RenderedConfig, listener: object = None) -> TrialRecord:
+    def measure(self, number: int, rendered: RenderedConfig, listener: object = None) -> TrialRecord:
         took = self.ahead.pop(number, None)
         self.events.append(("took" if took == rendered else "started", number))
         if listener is not None:
             listener.engine_up()  # type: ignore[attr-defined]  # the runner may start the next one now
-        return super().__call__(number, rendered, listener)
+        return super().measure(number, rendered, listener)
 
-    def prestart(self, number: int, rendered: RenderedConfig) -> str | None:
+    def prestart(self, number: int, config: EngineConfig) -> str | None:
+        rendered = self.render(config)
         if self.refuse is not None:
             return self.refuse
         self.events.append(("ahead", number))

@@ -27,6 +27,7 @@ from autotune.study import (
     load_or_create,
     run_study,
 )
+from tests.fakes.evaluators import OverWords
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 _State = optuna.trial.TrialState
@@ -42,11 +43,11 @@ SPACE = SearchSpace.model_validate(
 )
 
 
-class Evaluator:
+class Evaluator(OverWords):
     def __init__(self) -> None:
         self.calls: list[tuple[str, ...]] = []
 
-    def __call__(self, number: int, rendered: RenderedConfig, listener: object = None) -> TrialRecord:
+    def measure(self, number: int, rendered: RenderedConfig, listener: object = None) -> TrialRecord:
         self.calls.append(tuple(rendered.args))
         t = [RequestTiming(f"r{i}", None, 0.0, 0.0, 0.02, 0.05, (0.01,) * 3, 4, 8) for i in range(4)]
         return TrialRecord(status=TrialStatus.OK, figures=Figures(summarize(t, 1.0).as_dict()))

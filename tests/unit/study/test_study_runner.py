@@ -28,6 +28,7 @@ from autotune.study import (
     run_study,
     suggest_values,
 )
+from tests.fakes.evaluators import OverWords, over_words
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -69,7 +70,7 @@ def _timings(ttft_s: float, *, n_ok: int = 4, n_failed: int = 0) -> list[Request
     return ok + bad
 
 
-class FakeEvaluator:
+class FakeEvaluator(OverWords):
     """Made-up but deterministic measurements per configuration (output throughput = 40 tokens / duration).
 
     baseline (no flag): ttft 250 ms, 100 tok/s   block 16: ttft 100 ms, but two requests fail
@@ -80,7 +81,7 @@ class FakeEvaluator:
     def __init__(self) -> None:
         self.calls: list[tuple[int, RenderedConfig]] = []
 
-    def __call__(self, number: int, rendered: RenderedConfig, listener: object = None) -> TrialRecord:
+    def measure(self, number: int, rendered: RenderedConfig, listener: object = None) -> TrialRecord:
         self.calls.append((number, rendered))
         args = list(rendered.args)
         if "--kv-offloading-size" in args:
@@ -228,6 +229,7 @@ def test_best_feasible_is_none_when_nothing_is_feasible(storage_url: str) -> Non
     objective = Objective()
     study = load_or_create(storage_url, "s", objective, seed=0)
 
+    @over_words
     def always_fails(number: int, rendered: RenderedConfig, listener: object = None) -> TrialRecord:
         return TrialRecord(status=TrialStatus.FAILED, failure="out_of_memory", reason="CUDA out of memory")
 
@@ -286,6 +288,7 @@ def test_a_re_proposed_configuration_reuses_the_earlier_measurement(tmp_path) ->
     """A vLLM start costs a minute on a GPU: a config the sampler proposes again is not re-run."""
     calls: list[tuple[str, ...]] = []
 
+    @over_words
     def evaluator(number, rendered, listener=None):  # type: ignore[no-untyped-def]
         calls.append(rendered.args)
         t = [RequestTiming("r", None, 0.0, 0.0, 0.01, 0.02, (0.01,), 2, 5)]
@@ -305,6 +308,7 @@ def test_a_re_proposed_configuration_that_was_pruned_is_not_launched_again(tmp_p
     none better the second time. The earlier verdict (and its reports) is reused instead."""
     calls: list[tuple[str, ...]] = []
 
+    @over_words
     def evaluator(number, rendered, listener=None):  # type: ignore[no-untyped-def]
         calls.append(rendered.args)
         if rendered.args:  # the only configuration: its trial reports twice, then the pruner stops it

@@ -9,11 +9,13 @@ from autotune.export import build_export, config_to_args, write_export
 from autotune.space import RenderedConfig
 from autotune.study import Figures, TrialRecord, TrialStatus
 from autotune.trial import compare_configs
+from tests.fakes.evaluators import over_words
 
 
 def test_arms_alternate_and_the_ratio_is_of_medians() -> None:
     order: list[tuple[str, ...]] = []
 
+    @over_words
     def evaluator(number: int, rendered: RenderedConfig, listener: object = None) -> TrialRecord:
         order.append(rendered.args)
         ttft = 0.2 if not rendered.args else 0.1  # B is twice as fast

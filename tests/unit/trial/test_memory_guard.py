@@ -56,9 +56,13 @@ def test_a_pool_of_exactly_one_request_does_not_fit(tmp_path: Path) -> None:
     assert guard is not None
     exact = 2048 * guard.shape.kv_bytes_per_token()
     argv = ["--max-model-len", "2048", "--block-size", "32"]
-    assert not guard.check([*argv, "--kv-cache-memory-bytes", str(exact)]).feasible
+    assert not guard.check(
+        sizing_from_argv([*argv, "--kv-cache-memory-bytes", str(exact)], guard.platform)
+    ).feasible
     one_more = exact + 32 * guard.shape.kv_bytes_per_token()
-    assert guard.check([*argv, "--kv-cache-memory-bytes", str(one_more)]).feasible
+    assert guard.check(
+        sizing_from_argv([*argv, "--kv-cache-memory-bytes", str(one_more)], guard.platform)
+    ).feasible
 
 
 def test_the_commands_dtype_and_kv_cache_dtype_size_the_kv_and_the_weights(tmp_path: Path) -> None:
@@ -69,15 +73,21 @@ def test_the_commands_dtype_and_kv_cache_dtype_size_the_kv_and_the_weights(tmp_p
     guard = MemoryGuard.for_model(str(tmp_path), "cpu", probe=FakeProbe(host=(24 * GiB, 20 * GiB)))
     assert guard is not None and guard.shape.dtype == "bfloat16"
     pool = ["--max-model-len", "1024", "--kv-cache-memory-bytes", "64M"]
-    auto = guard.check(pool).estimate
-    wide = guard.check([*pool, "--dtype", "float32"]).estimate
+    auto = guard.check(sizing_from_argv(pool, guard.platform)).estimate
+    wide = guard.check(sizing_from_argv([*pool, "--dtype", "float32"], guard.platform)).estimate
     assert auto is not None and wide is not None
     assert wide.kv_tokens == auto.kv_tokens // 2
     assert wide.weights == 2 * auto.weights
     per_token = guard.shape.kv_bytes_per_token()
-    assert guard.kv_bytes_per_token(pool) == per_token
-    assert guard.kv_bytes_per_token([*pool, "--dtype", "float32"]) == 2 * per_token
-    assert guard.kv_bytes_per_token([*pool, "--kv-cache-dtype", "fp8"]) == per_token // 2
-    assert guard.kv_bytes_per_token([*pool, "--dtype", "half"]) == per_token
+    assert guard.kv_bytes_per_token(sizing_from_argv(pool, guard.platform)) == per_token
+    assert (
+        guard.kv_bytes_per_token(sizing_from_argv([*pool, "--dtype", "float32"], guard.platform))
+        == 2 * per_token
+    )
+    assert (
+        guard.kv_bytes_per_token(sizing_from_argv([*pool, "--kv-cache-dtype", "fp8"], guard.platform))
+        == per_token // 2
+    )
+    assert guard.kv_bytes_per_token(sizing_from_argv([*pool, "--dtype", "half"], guard.platform)) == per_token
     assert sizing_from_argv(["--dtype=float32"], "cpu").dtype == "float32"
     assert sizing_from_argv([], "cuda").dtype == "auto"

@@ -13,8 +13,9 @@ import optuna
 import pytest
 
 from autotune.bench import ArrivalSpec
+from autotune.engine import VLLM, EngineSizing, sizing_from_argv
 from autotune.memory import GiB
-from autotune.space import SearchSpace, load_search_space
+from autotune.space import EngineConfig, SearchSpace, load_search_space
 from autotune.study import TrialRecord, TrialStatus, write_record
 from autotune.studyfile import StudySpec
 from autotune.trial import MemoryGuard
@@ -120,9 +121,13 @@ class _Inputs:
     def engine_argv(self, tuned_args: Sequence[str] = ()) -> list[str]:
         return ["--max-model-len", "8192", *tuned_args]
 
-    def fit_reasons(self, tuned_args: Sequence[str] = ()) -> tuple[str, ...]:
+    def sizing(self, config: EngineConfig | None = None) -> EngineSizing:
+        platform = self.guard.platform if self.guard is not None else "cuda"
+        return sizing_from_argv(self.engine_argv(VLLM.render(config or EngineConfig()).args), platform)
+
+    def fit_reasons(self, config: EngineConfig | None = None) -> tuple[str, ...]:
         assert self.guard is not None
-        return tuple(self.guard.check(self.engine_argv(tuned_args)).reasons)
+        return tuple(self.guard.check(self.sizing(config)).reasons)
 
 
 def _gpu_inputs(tmp_path: Path, docs: int, space: str = GPU_SPACE) -> _Inputs:
