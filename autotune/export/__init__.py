@@ -13,6 +13,7 @@ from autotune.export._yaml import (
     config_to_args,
     config_to_argv,
     runnable_launcher,
+    write_atomically,
     write_export,
     write_text,
 )
@@ -32,6 +33,7 @@ __all__ = [
     "measured_engine_argv",
     "measured_launcher",
     "runnable_launcher",
+    "write_atomically",
     "write_export",
     "write_text",
 ]

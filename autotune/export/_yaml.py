@@ -37,6 +37,7 @@ __all__ = [
     "config_to_argv",
     "render_vllm_config",
     "runnable_launcher",
+    "write_atomically",
     "write_export",
     "write_text",
 ]
@@ -165,20 +166,30 @@ def write_export(exported: ExportedConfig, path: Path) -> None:
     write_text(Path(path), render_vllm_config(exported))
 
 
+def write_atomically(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically and durably: a temporary file beside it, flushed to disk,
+    then renamed over ``path``, so a failure (the ``OSError`` raised) never leaves a half-written
+    file. The one atomic write of the tool: an export, a launch script, an archived promotion."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
 def write_text(path: Path, text: str) -> None:
-    """Write atomically: a failed export never leaves a half-written file."""
+    """Write atomically (:func:`write_atomically`, UTF-8): a failed export never leaves a half-written
+    file."""
     path = Path(path)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w") as fh:
-                fh.write(text)
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        write_atomically(path, text.encode())
     except OSError as exc:
         raise ExportError(f"{path}: cannot write the exported config: {exc.strerror}") from exc
 

@@ -25,8 +25,8 @@ from autotune.memory._feasibility import (
     check_feasibility,
     clamp_offload_range,
 )
+from autotune.memory._host import HOST_MEMORY_ENV
 from autotune.memory._machine import (
-    HOST_MEMORY_ENV,
     DiskSpace,
     GpuMemory,
     GpuReading,

@@ -31,7 +31,6 @@ from typing import Any, Protocol, runtime_checkable
 import psutil
 
 from autotune.memory._host import (
-    HOST_MEMORY_ENV,
     cgroup_memory_limit,
     has_device,
     online_memory,
@@ -39,7 +38,6 @@ from autotune.memory._host import (
 )
 
 __all__ = [
-    "HOST_MEMORY_ENV",
     "DiskSpace",
     "GpuMemory",
     "GpuReading",

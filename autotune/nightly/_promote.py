@@ -34,13 +34,13 @@ import os
 import re
 import signal
 import subprocess
-import tempfile
 import time
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from autotune.errors import ConfigError, ExportError
+from autotune.export import write_atomically
 
 __all__ = [
     "SCRUBBED_ENV",
@@ -215,21 +215,6 @@ def _run_hook(command: str, env: Mapping[str, str], log_path: Path, timeout_s: f
 # --- the history of promoted configs --------------------------------------------------------------
 
 
-def _write_atomically(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
 def _archive_name(export_path: Path, archive_dir: Path) -> Path:
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S.%fZ")
     target = archive_dir / f"{export_path.stem}.{stamp}{export_path.suffix}"
@@ -264,7 +249,7 @@ def keep_promoted(export_path: Path, archive_dir: Path) -> Path:
     data = _read(export_path, "promoted config")
     target = _archive_name(export_path, archive_dir)
     try:
-        _write_atomically(target, data)
+        write_atomically(target, data)
     except OSError as exc:
         raise ExportError(f"{archive_dir}: cannot archive the promoted config: {exc.strerror}") from exc
     return target
@@ -295,8 +280,8 @@ def rollback(export_path: Path, archive_dir: Path) -> tuple[Path, Path]:
             withdrawn_dir.mkdir(parents=True, exist_ok=True)
             os.replace(history[-1], withdrawn)
         elif current is not None:
-            _write_atomically(withdrawn, current)
-        _write_atomically(export_path, restore.read_bytes())
+            write_atomically(withdrawn, current)
+        write_atomically(export_path, restore.read_bytes())
     except OSError as exc:
         raise ExportError(f"{export_path}: cannot roll back: {exc.strerror}") from exc
     logger.info("rolled back %s to %s (withdrawn: %s)", export_path, restore.name, withdrawn)

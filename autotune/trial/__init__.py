@@ -1,7 +1,8 @@
 """One configuration measured: the evaluator that starts an engine, replays the workload (in
 passes, the prefix cache emptied between them) and records the trial; the memory guard that
 checks a command before launch and watches the run; the requests' timings on disk; the request
-sizes checked against the model; and the A/B comparison of two configurations."""
+sizes checked against the model; and the A/B comparison of two configurations, whose alternation
+(``alternate``) a group's confirmation runs too."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from autotune.trial._clip import clip_space
 from autotune.trial._compare import (
     ArmSummary,
     Comparison,
+    alternate,
     compare_configs,
     compare_recorded,
     config_to_args,
@@ -37,6 +39,7 @@ __all__ = [
     "MemoryGuard",
     "PassPlan",
     "VllmEvaluator",
+    "alternate",
     "check_request_sizes",
     "clamp_space",
     "clip_space",

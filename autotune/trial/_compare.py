@@ -2,7 +2,9 @@
 
 The machine drifts (other jobs, thermals), so absolute times from different moments do not
 compare; alternating the arms and reporting the ratio of their medians does. Used to check
-that an exported config's gain over vLLM's defaults holds outside the study.
+that an exported config's gain over vLLM's defaults holds outside the study. The alternation
+itself (:func:`alternate`) knows nothing of engines: one engine's compare and a group's
+confirmation (``tuning/group/_confirm.py``, N engines a run) both run their rounds through it.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from autotune.errors import ConfigError
 from autotune.export import config_to_args
@@ -24,6 +26,7 @@ from autotune.study import Evaluator, TrialRecord
 __all__ = [
     "ArmSummary",
     "Comparison",
+    "alternate",
     "compare_configs",
     "compare_recorded",
     "config_to_args",
@@ -36,6 +39,9 @@ _ENGINE_FIGURES = shown_in(COMPARED, sources=(Source.ENGINE,))  # the engine's c
 # config_to_args is read in export/ (the one reader of a vLLM config file) and named here too for
 # cli/compare.py, until it imports it from export/.
 DISAGREE_FACTOR = 1.5  # runs of one arm further apart than this are flagged (restart noise: 5-25%)
+
+Arm = TypeVar("Arm")  # what one arm runs: a rendered config, a group trial
+Result = TypeVar("Result")  # what one run gives: a trial record, a group's result
 
 
 @dataclass(frozen=True)
@@ -117,6 +123,54 @@ def _figures(record: TrialRecord, extra: Sequence[str] = ()) -> dict[str, float]
     return out
 
 
+def alternate(
+    arms: Sequence[tuple[str, Arm]],
+    rounds: int,
+    run: Callable[[int, Arm, Sequence[Result]], Result],
+    *,
+    first_number: int = 0,
+    on_run: Callable[[str, int, Result], None] | None = None,
+    stop: Callable[[Sequence[Result]], str | None] | None = None,
+) -> tuple[tuple[tuple[Result, ...], ...], str | None]:
+    """Run the arms in turn, ``rounds`` times each (A B A B ...).
+
+    ``run(number, arm, this_round)`` measures one arm; the numbers count up from ``first_number`` in
+    the order the runs start, and ``this_round`` holds the results of the arms before it in this
+    round (a candidate is judged against this round's baseline). ``on_run(label, round, result)``
+    follows each run. After each round ``stop(this_round)`` may end the rounds early, saying why
+    (None: go on). Returns each arm's results in run order, and why the rounds ended early (None:
+    every round ran).
+    """
+    runs: list[list[Result]] = [[] for _ in arms]
+    number = first_number
+    for r in range(rounds):
+        this_round: list[Result] = []
+        for i, (label, arm) in enumerate(arms):
+            result = run(number, arm, tuple(this_round))
+            number += 1
+            this_round.append(result)
+            runs[i].append(result)
+            if on_run is not None:
+                on_run(label, r, result)
+        why = None if stop is None else stop(this_round)
+        if why is not None:
+            return tuple(tuple(x) for x in runs), why
+    return tuple(tuple(x) for x in runs), None
+
+
+def _config(args: Sequence[str] | EngineConfig) -> EngineConfig:
+    """An arm's configuration: typed, or a file's flags (passed to the engine as given)."""
+    return args if isinstance(args, EngineConfig) else EngineConfig.recorded(tuple(args))
+
+
+def _arm(name: str, args: tuple[str, ...], runs: Sequence[TrialRecord], extra: Sequence[str]) -> ArmSummary:
+    figs: dict[str, list[float]] = {}
+    for record in runs:
+        for key, value in _figures(record, extra).items():
+            figs.setdefault(key, []).append(value)
+    return ArmSummary(name, args, tuple(runs), figs)
+
+
 def compare_configs(
     evaluator: Evaluator,
     arms: Sequence[tuple[str, Sequence[str] | EngineConfig]],
@@ -125,31 +179,15 @@ def compare_configs(
     on_run: Callable[[str, int, TrialRecord], None] | None = None,
     extra_figures: Sequence[str] = (),
 ) -> Comparison:
-    """Measure arm A and arm B alternately ``rounds`` times each (A B A B ...)."""
+    """Measure arm A and arm B alternately ``rounds`` times each (A B A B ..., :func:`alternate`),
+    numbered from 0; the environment a configuration sets comes along."""
     if len(arms) != 2 or rounds < 1:
         raise ConfigError("compare needs exactly two configurations and --rounds >= 1")
-    runs: dict[str, list[TrialRecord]] = {name: [] for name, _ in arms}
-    figs: dict[str, dict[str, list[float]]] = {name: {} for name, _ in arms}
-    n = 0
-    for r in range(rounds):
-        for name, args in arms:
-            config = args if isinstance(args, EngineConfig) else EngineConfig.recorded(tuple(args))
-            record = evaluator(n, config)  # the environment a configuration sets comes along
-            n += 1
-            runs[name].append(record)
-            for key, value in _figures(record, extra_figures).items():
-                figs[name].setdefault(key, []).append(value)
-            if on_run is not None:
-                on_run(name, r, record)
-    (na, aa), (nb, ab) = arms
-
-    def argv(x: Sequence[str] | EngineConfig) -> tuple[str, ...]:
-        return evaluator.render(x).args if isinstance(x, EngineConfig) else tuple(x)
-
-    return Comparison(
-        a=ArmSummary(na, argv(aa), tuple(runs[na]), figs[na]),
-        b=ArmSummary(nb, argv(ab), tuple(runs[nb]), figs[nb]),
-    )
+    configs = [(name, _config(args)) for name, args in arms]
+    (a, b), _ = alternate(configs, rounds, lambda n, config, _: evaluator(n, config), on_run=on_run)
+    (na, ca), (nb, cb) = configs
+    words_a, words_b = evaluator.render(ca).args, evaluator.render(cb).args
+    return Comparison(a=_arm(na, words_a, a, extra_figures), b=_arm(nb, words_b, b, extra_figures))
 
 
 def read_measurement(path: Path) -> TrialRecord:

@@ -2,7 +2,9 @@
 
 Confirmation (as for one engine, ``tuning/_confirm.py``, whose gain verdict it shares): the baseline
 group and the best group run alternately, A B A B, ``rounds`` times each, every engine of a group
-started as in a trial. Engines that share a machine move each other's figures (on the H200 the equal
+started as in a trial: the rounds run through ``trial.alternate``, the same alternation as one engine's
+compare (``trial.compare_configs``), so the numbers, the order and the runs said are one engine's;
+a group's rounds stop after the first round with a failed run. Engines that share a machine move each other's figures (on the H200 the equal
 split varied 2x run to run, against one engine's 3%), so each model is held against the noise its
 own runs show: the larger of ``min_improvement`` and the spread (max-min over the median) of its
 runs in either arm. The best group is confirmed when the group's objective on the models' medians
@@ -22,7 +24,7 @@ from typing import Any
 import optuna
 
 from autotune.study import GroupMode, ModelOutcome, fold_group, member_params, model_ratio, worse_beyond_noise
-from autotune.trial import ArmSummary, Comparison
+from autotune.trial import ArmSummary, Comparison, alternate
 from autotune.tuning._confirm import ArmVerdict, Noise, judge_gain, run_noise
 from autotune.tuning.group._setup import GroupModel, GroupSetup
 from autotune.tuning.group._trial import GroupEvaluator, GroupTrialResult
@@ -61,22 +63,23 @@ def _ab_rounds(
     rounds: int,
     first_number: int,
     on_run: Callable[[str, int, GroupTrialResult], None] | None,
-) -> tuple[list[GroupTrialResult], list[GroupTrialResult], str | None]:
-    """The baseline arm and the best arm run alternately, ``rounds`` times each; why a run failed."""
-    runs: tuple[list[GroupTrialResult], list[GroupTrialResult]] = ([], [])
-    for r in range(rounds):
-        for i, (label, trial) in enumerate(arms):
-            against = runs[0][-1] if i else None
-            res = evaluate(
-                first_number + 2 * r + i, dict(trial.user_attrs["split"]), _values(trial, setup), against
-            )
-            runs[i].append(res)
-            if on_run is not None:
-                on_run(label, r, res)
-        failed = _ran(runs[0][-1], runs[1][-1])
-        if failed is not None:
-            return runs[0], runs[1], failed.reason
-    return runs[0], runs[1], None
+) -> tuple[Sequence[GroupTrialResult], Sequence[GroupTrialResult], str | None]:
+    """The baseline arm and the best arm run alternately, ``rounds`` times each (``trial.alternate``),
+    the best judged against this round's baseline; why a run failed ('' when it said no reason: the
+    rounds stop there all the same)."""
+
+    def run(
+        number: int, trial: optuna.trial.FrozenTrial, this_round: Sequence[GroupTrialResult]
+    ) -> GroupTrialResult:
+        against = this_round[0] if this_round else None
+        return evaluate(number, dict(trial.user_attrs["split"]), _values(trial, setup), against)
+
+    def stop(this_round: Sequence[GroupTrialResult]) -> str | None:
+        failed = _ran(*this_round)
+        return None if failed is None else failed.reason or ""
+
+    (base, cand), failed = alternate(arms, rounds, run, first_number=first_number, on_run=on_run, stop=stop)
+    return base, cand, failed
 
 
 def _model_comparison(
@@ -183,6 +186,6 @@ def confirm_group(
     split and its own parameters are what run."""
     arms = ((base_label, baseline), (f"trial {best.number}", best))
     base, cand, failed = _ab_rounds(evaluate, arms, setup, rounds, first_number, on_run)
-    if failed is not None:
+    if failed:
         return GroupConfirmation(False, f"a re-measurement failed ({failed}): not confirmed", {}, None)
     return _group_verdict(setup, evaluate.mode or "pareto", base, cand, min_improvement)
