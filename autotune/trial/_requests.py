@@ -3,15 +3,14 @@ reports and later analyses can read distributions, not just the percentiles in t
 
 from __future__ import annotations
 
-import contextlib
-import os
-import tempfile
+import io
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 
 from autotune.bench import RequestTiming
+from autotune.export import write_atomically
 
 __all__ = ["read_request_timings", "write_request_timings"]
 
@@ -35,16 +34,9 @@ def write_request_timings(timings: Sequence[RequestTiming], path: Path) -> Path:
         "ok": np.array([t.ok for t in timings], dtype=bool),
         "slot_wait": np.array([t.slot_wait for t in timings], dtype=np.float64),
     }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".npz", dir=path.parent)
-    os.close(fd)
-    try:
-        np.savez_compressed(tmp, **arrays)  # type: ignore[arg-type]
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    buf = io.BytesIO()
+    np.savez_compressed(buf, **arrays)  # type: ignore[arg-type]
+    write_atomically(path, buf.getvalue())
     return path
 
 
