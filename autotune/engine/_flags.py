@@ -11,7 +11,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from autotune.space import FlagPairs, flag_pairs
+from autotune.space import FlagPairs, flag_pairs, flag_stem
 
 __all__ = [
     "API_SERVER_MODULE",
@@ -27,6 +27,7 @@ __all__ = [
     "command_model_and_flags",
     "config_command",
     "fixed_max_model_len",
+    "fixes_budget",
     "flag_int",
     "flags_less",
     "host_pool_flag",
@@ -119,6 +120,12 @@ def budget_flag(role: str) -> str:
     """The flag that gives one engine its part of a shared memory budget: ``kv_bytes`` (its KV bytes) or
     ``gpu_share`` (its share of the GPU)."""
     return _BUDGET_FLAGS[role]
+
+
+def fixes_budget(fixed: FlagPairs, role: str) -> bool:
+    """Whether the fixed flags set the flag of a shared budget's ``role`` (:func:`budget_flag`)."""
+    stem = flag_stem(budget_flag(role))
+    return any(flag_stem(name) == stem for name, _ in fixed)
 
 
 def model_args(model: str) -> list[str]:

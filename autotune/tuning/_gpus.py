@@ -29,7 +29,7 @@ from typing import Any
 
 import optuna
 
-from autotune.engine import PP_FLAGS, TP_FLAGS, GpuLease, flag_int
+from autotune.engine import GpuLease
 from autotune.errors import ConfigError
 from autotune.memory import MachineFacts, MachineProbe, read_machine_facts
 from autotune.tuning._setup import TuningSetup
@@ -113,17 +113,14 @@ def parse_gpus(text: str) -> tuple[int, ...] | None:
 def engine_gpus(setup: TuningSetup) -> int:
     """GPUs one engine may occupy: tensor x pipeline parallel size, each the fixed flag's or the
     largest the space may pick (a flag the user fixed is not tuned)."""
-    fixed = setup.fixed_argv
-    sizes = []
-    for flags in (TP_FLAGS, PP_FLAGS):
-        size = flag_int(fixed, flags) or 1
-        for p in setup.space.tunable.values():
-            if p.flag in flags:
-                values = [int(c) for c in (p.choices or ()) if isinstance(c, int | float)]
-                values += [int(p.high)] if p.high is not None else []
-                size = max(values, default=size)
-        sizes.append(max(size, 1))
-    return sizes[0] * sizes[1]
+    fixed = setup.sizing().ranks  # as the engine reads the fixed flags (1 where none is set)
+    largest: dict[str, int] = {}
+    for name, p in setup.space.tunable.items():
+        values = [int(c) for c in (p.choices or ()) if isinstance(c, int | float)]
+        values += [int(p.high)] if p.high is not None else []
+        if values and setup.sizing(setup.config({name: max(values)})).ranks != fixed:
+            largest[name] = max(values)  # a parameter that sets a parallel size: its largest value
+    return setup.sizing(setup.config(largest)).ranks
 
 
 def _visible(facts: MachineFacts, env: Mapping[str, str]) -> tuple[int, ...]:

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from autotune.engine import EngineSizing, budget_flag
+from autotune.engine import EngineSizing, budget_flag, fixes_budget
 from autotune.errors import AutotuneError, ConfigError
 from autotune.memory import GiB, GpuMemory, MachineFacts, read_machine_facts
 from autotune.space import SHARE_KEYS, EngineConfig, Role, SearchSpace
@@ -236,7 +236,7 @@ def _baseline(group: GroupFile, budget: GroupBudget) -> tuple[dict[str, float], 
 
 def _without_budget(name: str, setup: TuningSetup, budget: GroupBudget, group: GroupFile) -> TuningSetup:
     """The model's setup with the budget's parameter out of its space (the split sets it)."""
-    if any(flag.replace("_", "-") == budget.flag for flag, _ in setup.fixed):
+    if fixes_budget(setup.fixed, budget.role):
         raise ConfigError(
             f"{group.where(f'models.{name}')}: models.{name}.engine_args: {budget.flag} is the group's split "
             f"(fix: drop it; set share.{budget.key} and share.baseline)"
