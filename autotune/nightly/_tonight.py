@@ -3,7 +3,8 @@ the incumbent and the baseline, and their re-measurement (one arm when they are 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import itertools
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,7 @@ from autotune.study import (
     reference_config,
     run_study,
 )
-from autotune.trial import VllmEvaluator
+from autotune.trial import VllmEvaluator, alternate
 from autotune.tuning import TrialScope, TuningSetup
 
 __all__ = ["NightOptions", "NightState", "begin_night", "remeasure"]
@@ -223,7 +224,6 @@ def remeasure(n: _Night) -> None:
         else [("baseline", n.base_config), (n.inc_label, n.inc_config)]
     )
     n.say(f"night {n.number}: re-measuring {' and '.join(a for a, _ in arms)}, {n.plan.rounds} round(s)")
-    records: dict[str, list[TrialRecord]] = {name: [] for name, _ in arms}
     evaluator = n.evaluator("remeasure")
     first: TrialRecord | None = None  # round 1 of arms[0] (the baseline's, or the one arm): trial #0
     if baseline_trial(n.study) is None:
@@ -239,21 +239,28 @@ def remeasure(n: _Night) -> None:
         elif rec is not None:
             n.clock.note(rec)  # its cost counts; the arm's round 1 runs as planned
     after = n.plan.reserve_after("remeasure")
-    k = 0
-    for r in range(n.plan.asked_rounds):
+    numbers = itertools.count()  # trial #0, when it is round 1 of arms[0], takes no number
+    reused = [first] if first is not None else []
+
+    def run(_: int, config: EngineConfig, this_round: Sequence[TrialRecord]) -> TrialRecord:
+        return reused.pop() if reused and not this_round else evaluator(next(numbers), config)
+
+    def start(r: int) -> str | None:
         if r > 0 and not n.clock.can_start(len(arms), after):
             n.say(f"  round {r + 1} of the re-measurement left out: the budget would not hold what follows")
-            break
+            return "budget"
         if r >= n.plan.rounds:
             n.say(f"  round {r + 1} too: tonight's runs cost {n.clock.per_run():.0f} s, less than planned")
-        for i, (name, config) in enumerate(arms):
-            if r == 0 and i == 0 and first is not None:
-                rec = first
-            else:
-                rec = evaluator(k, config)
-                k += 1
-            records[name].append(rec)
-            n.on_run("re-measurement", name, r, rec)
+        return None
+
+    runs, _ = alternate(
+        arms,
+        n.plan.asked_rounds,
+        run,
+        on_run=lambda name, r, rec: n.on_run("re-measurement", name, r, rec),
+        start=start,
+    )
+    records = {name: list(res) for (name, _), res in zip(arms, runs, strict=True)}
     prior_bands = [p.noise_band for p in nights(n.study)]  # every earlier night, banded or not
     n.band = noise_band(list(records.values()), n.metric, prior_bands)
     n.inc_figure = figure_of(records[n.inc_label], n.metric)

@@ -131,6 +131,7 @@ def alternate(
     first_number: int = 0,
     on_run: Callable[[str, int, Result], None] | None = None,
     stop: Callable[[Sequence[Result]], str | None] | None = None,
+    start: Callable[[int], str | None] | None = None,
 ) -> tuple[tuple[tuple[Result, ...], ...], str | None]:
     """Run the arms in turn, ``rounds`` times each (A B A B ...).
 
@@ -138,12 +139,16 @@ def alternate(
     the order the runs start, and ``this_round`` holds the results of the arms before it in this
     round (a candidate is judged against this round's baseline). ``on_run(label, round, result)``
     follows each run. After each round ``stop(this_round)`` may end the rounds early, saying why
-    (None: go on). Returns each arm's results in run order, and why the rounds ended early (None:
+    (None: go on); before each round ``start(round)`` may too (a budget that would not hold it).
+    Returns each arm's results in run order, and why the rounds ended early (None:
     every round ran).
     """
     runs: list[list[Result]] = [[] for _ in arms]
     number = first_number
     for r in range(rounds):
+        why = None if start is None else start(r)
+        if why is not None:
+            return tuple(tuple(x) for x in runs), why
         this_round: list[Result] = []
         for i, (label, arm) in enumerate(arms):
             result = run(number, arm, tuple(this_round))

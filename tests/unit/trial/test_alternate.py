@@ -47,3 +47,16 @@ def test_no_rounds_run_nothing() -> None:
     calls: list[int] = []
     runs, why = alternate([("A", "A"), ("B", "B")], 0, lambda n, arm, _: calls.append(n) or arm)
     assert runs == ((), ()) and why is None and calls == []
+
+
+def test_a_start_refuses_a_round_before_any_of_its_runs() -> None:
+    """The nightly's budget: a round the budget would not hold is not begun (no arm of it runs)."""
+    asked: list[int] = []
+
+    def start(r: int) -> str | None:
+        asked.append(r)
+        return "budget" if r == 2 else None
+
+    (a, b), why = alternate([("A", "A"), ("B", "B")], 5, _run, start=start)
+    assert (a, b) == (("A0<>", "A2<>"), ("B1<A0<>>", "B3<A2<>>"))
+    assert why == "budget" and asked == [0, 1, 2]
