@@ -9,7 +9,8 @@ from __future__ import annotations
 import datetime as dt
 import os
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import optuna
@@ -30,7 +31,9 @@ from autotune.study import (
 )
 
 __all__ = [
+    "Measured",
     "export_best",
+    "export_measured",
     "exports_the_same",
     "measured_engine_argv",
     "measured_launcher",
@@ -201,31 +204,64 @@ def export_best(
     rec = read_record(best)
     if not rec.command:
         raise ExportError(f"trial {best.number} of study {study.study_name!r} stored no command to export")
-    measured_model, flags = measured_engine_argv(rec.command)
-    exported = build_export(
-        model=model or absolute_model(measured_model),
-        fixed_argv=flags,
-        tuned_argv=[],
-        env=rec.rendered_env,
-        header_lines=[*_header(study, best, rec), *notes],
-        launcher=measured_launcher(rec.command),
-        engine=rec.engine,
-        host_peak_bytes=_rss_peak(rec),
+    exported = export_measured(
+        rec.command,
+        Measured(best.number, "the exported config", rec.engine, rec.rendered_env, _rss_peak(rec)),
+        header=[*_header(study, best, rec), *notes],
+        model=model,
+        check=check,
     )
-    written = config_to_argv({k: v for k, v in exported.config.items() if k != "model"})
-    if canonical_flags(written) != canonical_flags(flags):
-        raise ExportError(
-            f"the export of trial {best.number} would differ from the measured command "
-            f"({' '.join(written)} vs {' '.join(flags)}); nothing was written"
-        )
-    if check is not None:
-        error = check([*model_args(str(exported.config["model"])), *written])
-        if error:
-            raise ExportError(f"vLLM's parser rejects the exported config: {error}; nothing was written")
     text = exporter.render({os.path.basename(str(exported.config["model"])) or "model": exported})
     if out is not None:
         write_text(out, text)
     return best, exported
+
+
+@dataclass(frozen=True)
+class Measured:
+    """What a measured engine's export says of it: its trial, how errors name it, the engine that
+    served it, the environment it ran with and its peak host memory (None: not sampled)."""
+
+    trial: int
+    label: str  # "the exported config", "model chat's exported config"
+    engine: str | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    host_peak_bytes: int | None = None
+
+
+def export_measured(
+    command: Sequence[str],
+    measured: Measured,
+    *,
+    header: Sequence[str],
+    model: str | None = None,
+    check: Callable[[Sequence[str]], str | None] | None = None,
+) -> ExportedConfig:
+    """One engine's export, as it was measured (one engine of a study, or of a group): its stored
+    ``command``'s model (``model`` instead, when given; a local path made absolute) and flags, with
+    ``header``. Checked before anything is written: read back, its flags are the measured ones, and
+    the engine's own parser (``check``: an error or None) takes them. Nothing is written here."""
+    measured_model, flags = measured_engine_argv(command)
+    exported = build_export(
+        model=model or absolute_model(measured_model),
+        fixed_argv=flags,
+        tuned_argv=[],
+        env=measured.env,
+        header_lines=list(header),
+        launcher=measured_launcher(command),
+        engine=measured.engine,
+        host_peak_bytes=measured.host_peak_bytes,
+    )
+    written = config_to_argv({k: v for k, v in exported.config.items() if k != "model"})
+    if canonical_flags(written) != canonical_flags(flags):
+        raise ExportError(
+            f"the export of trial {measured.trial} would differ from the measured command "
+            f"({' '.join(written)} vs {' '.join(flags)}); nothing was written"
+        )
+    error = check([*model_args(str(exported.config["model"])), *written]) if check is not None else None
+    if error:
+        raise ExportError(f"vLLM's parser rejects {measured.label}: {error}; nothing was written")
+    return exported
 
 
 def _rss_peak(rec: TrialRecord) -> int | None:

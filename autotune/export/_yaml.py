@@ -166,10 +166,11 @@ def write_export(exported: ExportedConfig, path: Path) -> None:
     write_text(Path(path), render_vllm_config(exported))
 
 
-def write_atomically(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically and durably: a temporary file beside it, flushed to disk,
-    then renamed over ``path``, so a failure (the ``OSError`` raised) never leaves a half-written
-    file. The one atomic write of the tool: an export, a launch script, an archived promotion."""
+def write_atomically(path: Path, data: bytes, *, mode: int | None = None) -> None:
+    """Write ``data`` to ``path`` atomically and durably: a temporary file beside it, flushed to disk
+    (``mode``: its permissions, e.g. 0o755 for a script), then renamed over ``path``, so a failure (the
+    ``OSError`` raised) never leaves a half-written file. The one atomic write of the tool: an export,
+    a launch script, an archived promotion, a trial's request timings."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
@@ -177,6 +178,8 @@ def write_atomically(path: Path, data: bytes) -> None:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
+        if mode is not None:
+            os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):

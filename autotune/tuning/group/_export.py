@@ -12,23 +12,20 @@ modelSpec per model); the per-model files stay, as a group night re-measures the
 
 from __future__ import annotations
 
-import os
 import shlex
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import optuna
 
-from autotune.engine import model_args
 from autotune.errors import ExportError
 from autotune.export import (
     ExportedConfig,
-    build_export,
+    Measured,
+    export_measured,
     exporter_for,
-    measured_engine_argv,
-    measured_launcher,
+    write_atomically,
     write_export,
     write_text,
 )
@@ -91,26 +88,13 @@ def _model_export(
     command = attrs.get("command") or []
     if not command:
         raise ExportError(f"trial {trial.number}: model {name} stored no command to export")
-    model, flags = measured_engine_argv(command)
-    if os.path.exists(os.path.expanduser(model)):
-        model = os.path.abspath(os.path.expanduser(model))
-    exported = build_export(
-        model=model,
-        fixed_argv=flags,
-        tuned_argv=[],
-        env={},
-        header_lines=[*header, f"model {name} of the group, share {trial.user_attrs['split'][name]:.3f}"],
-        launcher=measured_launcher(command),
-        engine=engine,
-    )
     checker = next(m for m in setup.models if m.name == name).setup.checker()
-    if checker is not None:
-        error = checker.check([*model_args(model), *flags]).error
-        if error:
-            raise ExportError(
-                f"vLLM's parser rejects model {name}'s exported config: {error}; nothing was written"
-            )
-    return exported
+    return export_measured(
+        command,
+        Measured(trial.number, f"model {name}'s exported config", engine),
+        header=[*header, f"model {name} of the group, share {trial.user_attrs['split'][name]:.3f}"],
+        check=(lambda argv: checker.check(argv).error) if checker is not None else None,
+    )
 
 
 def export_group(
@@ -158,11 +142,7 @@ def export_group(
             lines.append(f"up {base_port + i} $! {shlex.quote(m.name)}")
     lines.append("wait")
     launch = Path(out_dir) / "launch.sh"
-    fd, tmp = tempfile.mkstemp(prefix=".launch.sh.", dir=out_dir)
-    with os.fdopen(fd, "w") as fh:
-        fh.write("\n".join(lines) + "\n")
-    os.chmod(tmp, 0o755)
-    os.replace(tmp, launch)
+    write_atomically(launch, ("\n".join(lines) + "\n").encode(), mode=0o755)
     if not exporter.group_file or group_text is None:
         return GroupExport(paths, launch)
     group_file = Path(out_dir) / exporter.group_file
