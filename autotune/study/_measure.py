@@ -209,6 +209,9 @@ class _Listener:
         if self.before_replay is not None and not self.baseline:
             self.before_replay()
 
+    def level(self, multiplier: float, held: bool, broke: str) -> tuple[bool, str]:
+        return held, broke  # one engine: its own verdict
+
     def checkpoint(self, step: int, figures: Mapping[str, Any]) -> str | None:
         value = Figures(dict(figures)).get(self.metric)
         if value is None:

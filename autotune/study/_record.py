@@ -327,6 +327,12 @@ class TrialListener(Protocol):
         pass's requests each); why to stop the trial early (the pruner's reason), or None to go on."""
         ...
 
+    def level(self, multiplier: float, held: bool, broke: str) -> tuple[bool, str]:
+        """A capacity level measured at ``multiplier`` of the workload's pace (``held``, or why it
+        ``broke``): the verdict the bracket goes on with. One engine's is its own; in a group every
+        engine's levels run in step and a level holds only where every model holds it (it may block)."""
+        ...
+
 
 class Evaluator(Protocol):
     """Measures one configuration (the study's only view of the outside world)."""

@@ -8,10 +8,11 @@ broke), so the pruner can stop a trial that cannot beat the best one's capacity.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import httpx
 
@@ -146,7 +147,11 @@ async def run_levels(
         level = await measure_level(ctx, plan, base_rps, m, timings=run.timings)
         if level.notes:
             resets_refused.append(level.notes[0])
-        return level
+        if listener is None:
+            return level
+        # a group's engines wait for each other here: the level holds where every model held it
+        held, broke = await asyncio.to_thread(listener.level, m, level.held, level.broke)
+        return level if (held, broke) == (level.held, level.broke) else replace(level, held=held, broke=broke)
 
     def after_level(result: CapacityResult) -> bool:
         run.result = result

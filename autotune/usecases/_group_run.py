@@ -101,8 +101,10 @@ def _shower(
             if rep.value is not None
             else f"FAILED: {rep.reason}"
         )
+        held = f"; {rep.capacity}" if rep.capacity else ""
         reporter.show(
-            f"trial {rep.number} ({rep.label}): {setup.describe_split(rep.split)}: {verdict}", soft_wrap=True
+            f"trial {rep.number} ({rep.label}): {setup.describe_split(rep.split)}: {verdict}{held}",
+            soft_wrap=True,
         )
         if rep.ratios:
             measured.append(rep.number)

@@ -268,6 +268,7 @@ def build_group(group: GroupFile, flags: Mapping[str, Any]) -> Iterator[GroupSet
                 setups.append((member.name, member.weight, stack.enter_context(build_setup(spec))))
             except AutotuneError as exc:
                 raise type(exc)(f"model {member.name}: {exc}") from exc
+        _capacity_in_step(group, setups)
         platform = setups[0][2].platform
         budget = _budget(group, platform)
         baseline, source = _baseline(group, budget)
@@ -307,18 +308,21 @@ _NOT_FOR_A_GROUP: dict[str, tuple[object, str]] = {
 }  # fmt: skip
 
 
-def _refuse_unused(group: GroupFile, flags: Mapping[str, Any]) -> None:
-    if flags.get("objective", group.common.values.get("objective")) == "capacity":
-        where = (
-            f"--objective capacity: {group.path}"
-            if "objective" in flags
-            else f"{group.path}:{group.common.lines.get('objective', '?')}: objective: capacity: this file"
-        )
+def _capacity_in_step(group: GroupFile, setups: Sequence[tuple[str, float, TuningSetup]]) -> None:
+    """A group's capacity is one multiplier of every model's workload (the group trial's doc), so
+    either every model brackets its capacity or none does."""
+    objectives = {name: s.objective for name, _, s in setups}
+    capacity = [name for name, o in objectives.items() if o.is_capacity]
+    other = next((name for name, o in objectives.items() if not o.is_capacity), None)
+    if capacity and other is not None:
         raise ConfigError(
-            f"{where} is a study of several models on one server: capacity at an SLO is not built for a group "
-            "yet (it will come with the one pipeline for one or many engines) (fix: a latency objective such as "
-            "ttft_p90, or a capacity study of each model on its own)"
+            f"{group.path}: models.{other}: objective {objectives[other].metric} beside {capacity[0]}'s "
+            "capacity: a group's capacity is the load every model holds at once (fix: one objective for "
+            "every model, at the top of the file)"
         )
+
+
+def _refuse_unused(group: GroupFile, flags: Mapping[str, Any]) -> None:
     for key, (harmless, why) in _NOT_FOR_A_GROUP.items():
         given = flags.get(key, group.common.values.get(key))
         if given is None or given == harmless:

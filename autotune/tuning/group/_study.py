@@ -58,6 +58,10 @@ LEGACY_MODE = "worst"  # the group objective of a study made before group_object
 log = logging.getLogger(__name__)
 
 KEPT_FIGURES = ("ttft_p90", "ttft_p50", "tpot_p90", "e2el_p90", "output_throughput", "completed", "failed")
+CAPACITY_FIGURES = (
+    "capacity", "capacity_x", "capacity_hi", "capacity_hi_x", "capacity_base_rps", "capacity_slos",
+    "capacity_levels", "capacity_note",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -72,10 +76,27 @@ class GroupTrialReport:
     reason: str | None
     # the models whose replay saturated their engine (its requests queued behind the arrivals): the note
     saturated: Mapping[str, str] = field(default_factory=dict)
+    capacity: str | None = None  # a capacity trial: the load the group held, in words (group_capacity)
+
+
+def group_capacity(records: Mapping[str, TrialRecord]) -> str | None:
+    """A capacity trial's group figure in words: the multiplier of every model's traffic the group
+    held at once, and each model's rate there (None: not a capacity trial)."""
+    raws = {n: r.figures.raw for n, r in records.items() if r.figures is not None}
+    if not raws or any(raw.get("capacity_levels") is None for raw in raws.values()):
+        return None
+    x = next(iter(raws.values())).get("capacity_x")
+    if x is None:
+        return "the group held no level: a model broke its SLO even at the lowest load"
+    rates = ", ".join(f"{n} {float(raw.get('capacity') or 0.0):.3g} req/s" for n, raw in raws.items())
+    return f"the group holds {float(x):.3g}x every model's traffic at once ({rates})"
 
 
 def _model_attrs(rec: TrialRecord, metric: str) -> dict[str, Any]:
     figures = {k: rec.figures.get(k) for k in (metric, *KEPT_FIGURES)} if rec.figures is not None else {}
+    if rec.figures is not None and rec.figures.get(CAPACITY_FIGURES[0]) is not None:
+        # a capacity trial: its bracket (multipliers, levels, what broke), as one engine's record keeps it
+        figures.update({k: rec.figures.raw.get(k) for k in CAPACITY_FIGURES})
     return {
         "status": str(rec.status),
         "metric": metric,  # the model's objective metric: its ratio is this figure's
@@ -231,8 +252,9 @@ class GroupMeasure:
             n: r.figures.saturation_note for n, r in result.records.items() if r.saturated and r.figures
         }
         report = GroupTrialReport(
-            trial.number, kind, dict(split), value, dict(result.score.ratios), result.reason, saturated
-        )
+            trial.number, kind, dict(split), value, dict(result.score.ratios), result.reason, saturated,
+            group_capacity(result.records),
+        )  # fmt: skip
         self._last = report, result
         return value
 

@@ -11,10 +11,17 @@ counted against it (on the H200, two engines of 0.25 each started together got 1
 KV, 15-20 GiB of the other's load read as their own "non-torch memory"; one at a time, 0.22 GiB).
 When one engine fails (refused before launch, fails to start, crashes), the others are stopped: at the barrier at once, during their replay at their next
 checkpoint; each stops its engine on the way out, and the trial fails with that model's reason.
+
+A capacity trial (``objective: capacity``) brackets the group's capacity: the highest multiplier of
+every model's workload at which every model keeps its own SLOs. Each engine replays its own workload
+at the level's multiplier of its own pace, the engines' levels run in step (they meet after each
+level), and a level holds only where every model held it: every model's bracket then takes the same
+next multiplier, and each model's capacity is its own workload's rate at the group's multiplier.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from collections.abc import Mapping
@@ -68,9 +75,21 @@ class _Stop:
 
     barrier: threading.Barrier
     turns: tuple[threading.Event, ...]  # turns[i] set: model i may start its engine
+    names: tuple[str, ...] = ()
     lock: threading.Lock = field(default_factory=threading.Lock)
     failed: str | None = None
     reason: str | None = None
+    levels: threading.Barrier | None = None  # where the engines meet after each capacity level
+    verdicts: dict[int, tuple[bool, str]] = field(default_factory=dict)  # this level's, by model
+    joint: tuple[bool, str] = (True, "")  # the group's verdict on the level all have measured
+
+    def __post_init__(self) -> None:
+        self.levels = threading.Barrier(self.barrier.parties, action=self._judge)
+
+    def _judge(self) -> None:
+        """Run once a level, when every engine has measured it: it holds where every model held it."""
+        broke = [f"{self.names[i]}: {why}" for i, (held, why) in sorted(self.verdicts.items()) if not held]
+        self.joint = (not broke, "; ".join(broke))
 
     def fail(self, name: str, reason: str) -> None:
         with self.lock:
@@ -79,6 +98,8 @@ class _Stop:
         for turn in self.turns:  # a model waiting for its turn to start goes on, to stop
             turn.set()
         self.barrier.abort()
+        if self.levels is not None:
+            self.levels.abort()
 
     def why(self) -> str | None:
         return None if self.failed is None else f"stopped: {self.failed} of the group failed ({self.reason})"
@@ -103,6 +124,37 @@ class _GroupListener:
 
     def checkpoint(self, step: int, figures: Mapping[str, Any]) -> str | None:
         return self.stop.why()
+
+    def level(self, multiplier: float, held: bool, broke: str) -> tuple[bool, str]:
+        """This model's verdict on a capacity level, held against every model's (the module's doc)."""
+        assert self.stop.levels is not None
+        self.stop.verdicts[self.index] = (held, broke)
+        try:
+            self.stop.levels.wait()
+        except threading.BrokenBarrierError:
+            raise _GroupStopped(self.stop.why() or "stopped") from None
+        return self.stop.joint
+
+
+def _brackets_in_step(evaluators: list[VllmEvaluator]) -> None:
+    """Capacity trials of a group bracket one multiplier: every model's bracket starts, stops and
+    bisects as the first model's does, up to the lowest ceiling any model's workload allows (each
+    model keeps its own SLOs, failed-request allowance and level length)."""
+    plans = [ev.capacity for ev in evaluators if ev.capacity is not None]
+    if not plans:
+        return
+    lead = plans[0]
+    ceiling = min(p.max_multiplier for p in plans)
+    for ev in evaluators:
+        assert ev.capacity is not None  # every model brackets, or none (the group setup's check)
+        ev.capacity = dataclasses.replace(
+            ev.capacity,
+            start=lead.start,
+            tolerance=lead.tolerance,
+            max_levels=lead.max_levels,
+            min_multiplier=lead.min_multiplier,
+            max_multiplier=ceiling,
+        )
 
 
 @dataclass
@@ -133,6 +185,7 @@ class GroupEvaluator:
             self.evaluators[m.name] = s.evaluator(
                 self.log_dir / m.name, check_args=self.check_args, cache_dir=cache
             )
+        _brackets_in_step(list(self.evaluators.values()))
 
     def __call__(
         self,
@@ -148,7 +201,7 @@ class GroupEvaluator:
         for i, turn in enumerate(turns):
             if i == 0 or not self.one_at_a_time:
                 turn.set()
-        stop = _Stop(threading.Barrier(len(names)), turns)
+        stop = _Stop(threading.Barrier(len(names)), turns, tuple(names))
         with ThreadPoolExecutor(max_workers=len(names), thread_name_prefix="group-model") as pool:
             futures = {
                 m.name: pool.submit(self._one, number, m.name, split[m.name], values.get(m.name, {}), stop)
