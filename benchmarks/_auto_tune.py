@@ -45,7 +45,7 @@ import _levels
 from autotune.bench import ArrivalSpec, TrialFigures
 from autotune.bench._capacity import CapacityPlan, Level
 from autotune.errors import EngineCrashed, EngineStartError
-from autotune.space import RenderedConfig, render_values
+from autotune.space import EngineConfig
 from autotune.trial._capacity import measure_level
 from autotune.tuning import TuningSetup
 
@@ -102,8 +102,8 @@ def run_grid(setup: TuningSetup, plan: GridPlan, work: Path) -> dict[str, Any]:
     }
 
 
-def _rendered(setup: TuningSetup, seqs: int, tokens: int) -> RenderedConfig:
-    return render_values(setup.space, {SEQS: seqs, TOKENS: tokens})
+def _rendered(setup: TuningSetup, seqs: int, tokens: int) -> EngineConfig:
+    return setup.config({SEQS: seqs, TOKENS: tokens})
 
 
 def _probe(setup: TuningSetup, seqs: int, tokens: int, work: Path) -> dict[str, Any]:

@@ -23,7 +23,7 @@ import httpx
 
 from autotune.bench import DEFAULT_MAX_IN_FLIGHT, ArrivalSpec, ReplayTarget, replay_client, warm_up
 from autotune.engine import EngineProcess
-from autotune.space import RenderedConfig
+from autotune.space import EngineConfig
 from autotune.studyfile import StudySpec
 from autotune.trial._capacity import LevelContext
 from autotune.trial._served import served_model
@@ -75,7 +75,7 @@ def use_fake_env(extra: dict[str, str] | None = None) -> None:
 
 @contextlib.contextmanager
 def started_engine(
-    setup: TuningSetup, rendered: RenderedConfig, log_path: Path, *, cache_dir: Path
+    setup: TuningSetup, rendered: EngineConfig, log_path: Path, *, cache_dir: Path
 ) -> Iterator[EngineProcess]:
     """The engine of ``rendered`` (on top of the fixed and baseline flags) started and healthy, as a
     trial's engine (VLLM_SERVER_DEV_MODE=1 for the cache reset: a capacity setup's launch carries

@@ -57,7 +57,7 @@ import numpy as np
 from autotune.bench._capacity import CapacityPlan, CapacityResult, Level, base_request_rate, bracket_capacity
 from autotune.engine import install_signal_handlers
 from autotune.errors import EngineCrashed, EngineStartError
-from autotune.space import RenderedConfig
+from autotune.space import EngineConfig
 from autotune.trial._capacity import measure_level
 from autotune.tuning import TuningSetup, build_setup
 
@@ -118,7 +118,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         speed=args.speed, launcher=args.launcher, min_level=args.min_level,
     )  # fmt: skip
     fractions = [float(x) for x in np.linspace(args.sweep_from, args.sweep_to, args.sweep_levels)]
-    rendered = RenderedConfig(args=tuple(shlex.split(args.args)))
+    rendered = EngineConfig.recorded(shlex.split(args.args))
     load_start = c.load_average()
     t0 = time.monotonic()
     with build_setup(choices) as setup:
@@ -139,7 +139,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "env": env,
         "model": model,
         "fixed_args": list(c.fixed_args(quick=args.quick)),
-        "config_args": list(rendered.args),
+        "config_args": list(rendered.flags),
         "workload": f"examples/{args.workload}",
         "requests": len(wl),
         "arrival": arrival.describe(),
@@ -166,7 +166,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(
     setup: TuningSetup,
-    rendered: RenderedConfig,
+    rendered: EngineConfig,
     plan: CapacityPlan,
     base_rps: float,
     fractions: Sequence[float],

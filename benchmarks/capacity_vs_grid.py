@@ -53,7 +53,7 @@ from _auto_tune import SEQS, SOURCE, TOKENS, GridPlan, run_grid
 from autotune.bench._capacity import CapacityResult, base_request_rate, bracket_capacity
 from autotune.engine import install_signal_handlers
 from autotune.errors import EngineCrashed, EngineStartError
-from autotune.space import RenderedConfig
+from autotune.space import EngineConfig
 from autotune.study import parse_slo, read_record
 from autotune.trial._capacity import measure_level
 from autotune.tuning import TuningSetup, build_setup
@@ -403,7 +403,7 @@ def _referee_run(
 ) -> dict[str, Any]:
     try:
         with _levels.started_engine(
-            setup, RenderedConfig(args=flags), log, cache_dir=log.parent / "cache"
+            setup, EngineConfig.recorded(flags), log, cache_dir=log.parent / "cache"
         ) as proc:
             result = asyncio.run(_bisect(setup, proc.base_url, plan, base_rps))
             proc.check_alive()

@@ -41,7 +41,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from autotune.bench import ArrivalSpec, MetricsDelta, ReplayTarget, parse_metrics, replay, summarize, warm_up
 from autotune.engine import EngineProcess
 from autotune.engine._process import free_port
-from autotune.space import RenderedConfig
+from autotune.space import EngineConfig
 from autotune.study import (
     TrialHooks,
     TrialPolicy,
@@ -154,7 +154,7 @@ def part_a(args: Any, model: str) -> dict[str, Any]:
         model, wl_path, quick=args.quick, speed=20.0 if args.quick else 1.0, extra_args=extra
     )
     # The tuned-looking configuration (KV to spare): TTFT then is the request's own, not queueing.
-    rendered = RenderedConfig(args=("--kv-cache-memory-bytes", "128M"))
+    rendered = EngineConfig.recorded(["--kv-cache-memory-bytes", "128M"])
     load = {"start": c.load_average()}
     with build_setup(choices) as setup:
         setup.check_fixed_flags()

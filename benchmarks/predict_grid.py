@@ -58,7 +58,7 @@ from autotune.predict import (
     this_machine,
     workload_shape,
 )
-from autotune.space import load_search_space, render_values
+from autotune.space import EngineConfig, load_search_space
 from autotune.workload import load_workload
 
 SPACE = c.REPO / "benchmarks" / "data" / "predict_grid_space.yaml"
@@ -218,7 +218,7 @@ def _real(args: Any, model_dir: str) -> tuple[dict[str, Any], LatencyModel, Engi
 
         def candidate(values: Mapping[str, Any]) -> Candidate:
             """As the prior sizes it: the memory estimate of the argv the configuration launches."""
-            est = guard.check(setup.engine_argv(render_values(space, dict(values)).args)).estimate
+            est = guard.check(setup.sizing(EngineConfig.chosen(space, values))).estimate
             cand = candidate_of(space, values, defaults)
             return (
                 cand
@@ -227,7 +227,7 @@ def _real(args: Any, model_dir: str) -> tuple[dict[str, Any], LatencyModel, Engi
             )
 
         def measure(values: Mapping[str, Any], cand: Candidate) -> MeasuredTrial | None:
-            rec = evaluate(next(numbers), render_values(space, dict(values)))
+            rec = evaluate(next(numbers), EngineConfig.chosen(space, values))
             if not rec.ok or rec.requests_path is None:
                 c.log.warning("%s: %s %s", _key(values), rec.status.value, rec.reason)
                 return None
@@ -250,7 +250,7 @@ def _engine_defaults(setup: Any, args: Any) -> EngineDefaults:
     max-num-batched-tokens there), its KV tokens, block and bytes per token from the memory estimate of
     the baseline's command."""
     seqs, tokens = (int(x) for x in args.engine_defaults.split(","))
-    est = setup.guard.check(setup.engine_argv(())).estimate
+    est = setup.guard.check(setup.sizing()).estimate
     if est is None:
         raise SystemExit("the memory estimate knows no KV size for the baseline: the model's config.json?")
     return EngineDefaults(

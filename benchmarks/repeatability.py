@@ -22,7 +22,7 @@ from typing import Any
 
 import _common as c
 
-from autotune.space import RenderedConfig
+from autotune.space import EngineConfig
 from autotune.study import TrialRecord
 from autotune.tuning import build_setup
 
@@ -51,7 +51,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     wl_path = c.example_workload(args.workload, quick=args.quick, work_dir=work)
     choices = c.tuning_choices(model, wl_path, quick=args.quick, speed=args.speed)
-    rendered = RenderedConfig(args=tuple(shlex.split(args.args)))
+    rendered = EngineConfig.recorded(shlex.split(args.args))
     load_start = c.load_average()
     t0 = time.monotonic()
     with build_setup(choices) as setup:
@@ -71,7 +71,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "env": env,
         "model": model,
         "fixed_args": list(c.fixed_args(quick=args.quick)),
-        "config_args": list(rendered.args),
+        "config_args": list(rendered.flags),
         "workload": f"examples/{args.workload}",
         "requests": len(wl),
         "arrival": arrival.describe(),

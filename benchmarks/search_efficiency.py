@@ -41,9 +41,9 @@ import numpy as np
 import optuna
 
 from autotune.bench import MetricsDelta, ReplayTarget, replay, scrape_metrics, summarize, warm_up
-from autotune.engine import EngineProcess
+from autotune.engine import VLLM, EngineProcess
 from autotune.errors import EngineCrashed, EngineStartError
-from autotune.space import RenderedConfig, SearchSpace, load_search_space, render_values
+from autotune.space import EngineConfig, RenderedConfig, SearchSpace, load_search_space
 from autotune.study import (
     Figures,
     Metrics,
@@ -129,9 +129,9 @@ async def _measure_engine(engine: EngineProcess, setup: TuningSetup, repeats: in
     return out
 
 
-def _measure_config(setup: TuningSetup, rendered: RenderedConfig, log: Path, repeats: int) -> dict[str, Any]:
+def _measure_config(setup: TuningSetup, rendered: EngineConfig, log: Path, repeats: int) -> dict[str, Any]:
     """One configuration: rejected before launch when it cannot fit (as a trial), else measured."""
-    reasons = setup.fit_reasons(rendered.args)
+    reasons = setup.fit_reasons(rendered)
     if reasons:
         reason = "does not fit before launch: " + "; ".join(reasons)
         return {
@@ -178,10 +178,10 @@ def measure_grid(args: Any, model: str) -> dict[str, Any]:
         points = grid_points(space)
         random.Random(args.seed).shuffle(points)  # measurement order decorrelated from the configuration
         for i, values in enumerate(points):
-            rendered = render_values(space, values)
+            rendered = EngineConfig.chosen(space, values)
             entry: dict[str, Any] = {
                 "values": values,
-                "args": list(rendered.args),
+                "args": list(setup.engine.render(rendered).args),
                 "order": i,
                 "load_average_start": c.load_average(),
             }
@@ -217,11 +217,17 @@ class TableEvaluator:
     def __init__(self, space: SearchSpace, grid: Mapping[str, Any], rng: random.Random):
         self.grid = grid
         self.rng = rng
-        self.by_args = {tuple(render_values(space, e["values"]).args): k for k, e in grid["configs"].items()}
+        self.by_args = {
+            tuple(VLLM.render(EngineConfig.chosen(space, e["values"])).args): k
+            for k, e in grid["configs"].items()
+        }
         self.by_args[()] = grid["baseline"]  # trial 0: no tuned flag, the fixed flags only
 
-    def __call__(self, number: int, rendered: RenderedConfig, listener: object = None) -> TrialRecord:
-        entry = self.grid["configs"][self.by_args[tuple(rendered.args)]]
+    def render(self, config: EngineConfig) -> RenderedConfig:
+        return VLLM.render(config)
+
+    def __call__(self, number: int, config: EngineConfig, listener: object = None) -> TrialRecord:
+        entry = self.grid["configs"][self.by_args[tuple(self.render(config).args)]]
         timings = {"startup": entry["startup_s"]} if entry.get("startup_s") is not None else {}
         if entry["status"] != TrialStatus.OK.value or not entry["repeats"]:
             status = TrialStatus.INFEASIBLE if entry["status"] == "infeasible" else TrialStatus.FAILED

@@ -49,7 +49,7 @@ import optuna
 from search_efficiency import grid_points as _grid_points
 from search_efficiency import key as _key
 
-from autotune.space import load_search_space, render_values
+from autotune.space import EngineConfig, load_search_space
 from autotune.study import Figures, IncumbentPruner, TrialRecord, TrialStatus, write_record
 from autotune.trial import read_request_timings
 from autotune.tuning import build_setup
@@ -96,7 +96,7 @@ def cmd_grid(args: argparse.Namespace) -> dict[str, Any]:
         points = _grid_points(space)
         random.Random(args.seed).shuffle(points)
         for i, values in enumerate(points):
-            rec = evaluator(i, render_values(space, values))
+            rec = evaluator(i, EngineConfig.chosen(space, values))
             entry = {"values": values, "order": i, **_record_entry(rec, len(setup.workload))}
             entry["predicted"] = prior.predict(values)
             table[_key(values)] = entry
@@ -130,7 +130,6 @@ def cmd_repeat(args: argparse.Namespace) -> dict[str, Any]:
         raise SystemExit(f"--alternate-env: {args.alternate_env!r} is not NAME=VALUE")
     model = c.bench_model(args.models_dir)
     choices = c.tuning_choices(model, args.workload, quick=False, speed=args.speed, space=SPACE_PATH)
-    from autotune.space import RenderedConfig
 
     choices = choices.model_copy(update={"passes": "auto"})
     env, load0, t0 = c.environment(), c.load_average(), time.monotonic()
@@ -149,7 +148,7 @@ def cmd_repeat(args: argparse.Namespace) -> dict[str, Any]:
                 _set_env(name, value if arm else kept)
             machine_ms = c.machine_speed(args.machine_probe_s)  # before the engine starts: quiet
             t = time.monotonic()
-            rec = evaluator(i, RenderedConfig(args=()))
+            rec = evaluator(i, EngineConfig())
             entry = _record_entry(rec, len(setup.workload))
             entry["wall_s"] = time.monotonic() - t
             entry["warmup"] = warmup

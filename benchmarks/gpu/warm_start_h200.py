@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from autotune.engine import VLLM, LaunchSpec
-from autotune.space import RenderedConfig
+from autotune.space import EngineConfig
 
 LAUNCHER = ("python3", "-m", "vllm.entrypoints.cli.main", "serve")
 CACHE = Path("/tmp/autotune-warm-cache")
@@ -50,7 +50,7 @@ def main(out: Path) -> int:
     results: list[dict[str, object]] = []
     for i, util in enumerate(("0.15", "0.18")):
         log = out / f"start-{i}-util{util}.log"
-        proc = VLLM.process(spec, RenderedConfig(args=("--gpu-memory-utilization", util)), log)
+        proc = VLLM.process(spec, EngineConfig.recorded(["--gpu-memory-utilization", util]), log)
         t0 = time.monotonic()
         try:
             proc.start()

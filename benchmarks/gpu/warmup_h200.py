@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from autotune.space import render_values
+from autotune.space import EngineConfig
 from autotune.studyfile import StudySpec
 from autotune.tuning import build_setup
 
@@ -70,7 +70,7 @@ def main() -> int:
             warmup, values = ("short", "like")[i % 2], configs[(i // 2) % len(configs)]
             evaluator.warmup_like_workload = warmup == "like"
             t = time.monotonic()
-            rec = evaluator(i, render_values(setup.space, values))
+            rec = evaluator(i, EngineConfig.chosen(setup.space, values))
             entry = {
                 "engine": i,
                 "warmup": warmup,
