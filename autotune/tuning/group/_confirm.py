@@ -100,7 +100,9 @@ def _model_verdict(
     comp = _model_comparison(m.name, metric, base, cand)
     noise = run_noise(comp.a.figures[metric], comp.b.figures[metric], floor)
     outcome = ModelOutcome(m.name, comp.b.median(metric), comp.a.median(metric), m.weight, metric=metric)
-    capacity = m.setup.objective.is_capacity  # a capacity only above the baseline's bracket, as for one engine
+    capacity = (
+        m.setup.objective.is_capacity
+    )  # a capacity only above the baseline's bracket, as for one engine
     return outcome, noise, judge_gain(comp, metric, maximize=maximize, noise=noise.value, capacity=capacity)
 
 
