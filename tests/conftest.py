@@ -106,6 +106,25 @@ def write_fake_space(folder: Path) -> Path:
     return path
 
 
+def write_two_model_group(
+    folder: Path, kv: str = "48M", engine_args: str = "--enforce-eager, --max-model-len=2048"
+) -> Path:
+    """The README's two models as a group file ``folder/group.yaml``: rag (8 layers, examples/rag.jsonl)
+    and chat (2 layers, examples/support_chat.jsonl) sharing ``kv`` of KV."""
+    from autotune.tiny_model import make_tiny_model
+
+    l8, l2 = make_tiny_model(folder / "l8", layers=8), make_tiny_model(folder / "l2", layers=2)
+    path = folder / "group.yaml"
+    path.write_text(f"""\
+models:
+  - {{name: rag, model: {l8}, workload: {REPO / "examples" / "rag.jsonl"}}}
+  - {{name: chat, model: {l2}, workload: {REPO / "examples" / "support_chat.jsonl"}}}
+share: {{kv_cache_memory_bytes: {kv}}}
+engine_args: [{engine_args}]
+""")
+    return path
+
+
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from autotune.tiny_model import make_tiny_model

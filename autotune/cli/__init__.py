@@ -19,7 +19,7 @@ from autotune.cli import init as _init
 from autotune.cli import nightly as _nightly
 from autotune.cli import predict as _predict
 from autotune.cli import report as _report
-from autotune.cli import run as _run
+from autotune.cli import run_command as _run
 from autotune.cli import study as _study
 from autotune.cli import tiny_model as _tiny
 from autotune.cli import worker as _worker

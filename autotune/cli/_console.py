@@ -8,6 +8,8 @@ from pathlib import Path
 
 from rich.console import Console, RenderableType
 
+from autotune.usecases import TwoStreams
+
 __all__ = ["ConsoleReporter", "console", "log_to_file", "out", "setup_logging", "verbose"]
 
 # Piped output (nightly jobs, CI logs) gets wide lines instead of rich's 80-column default.
@@ -56,29 +58,14 @@ def log_to_file(path: Path) -> None:
     logging.getLogger().addHandler(handler)
 
 
-class ConsoleReporter:
+class ConsoleReporter(TwoStreams):
     """A use case's words on the terminal (:class:`autotune.usecases.Reporter`): what it says on the way to
     standard error, its result to standard output, and the study's log beside the study."""
 
-    def say(
-        self,
-        text: RenderableType,
-        *,
-        style: str | None = None,
-        markup: bool | None = None,
-        soft_wrap: bool = False,
+    def emit(
+        self, stream: str, text: RenderableType, *, style: str | None, markup: bool | None, soft_wrap: bool
     ) -> None:
-        console.print(text, style=style, markup=markup, soft_wrap=soft_wrap)
-
-    def show(
-        self,
-        text: RenderableType,
-        *,
-        style: str | None = None,
-        markup: bool | None = None,
-        soft_wrap: bool = False,
-    ) -> None:
-        out.print(text, style=style, markup=markup, soft_wrap=soft_wrap)
+        (console if stream == "say" else out).print(text, style=style, markup=markup, soft_wrap=soft_wrap)
 
     def log_to(self, path: Path) -> None:
         log_to_file(path)

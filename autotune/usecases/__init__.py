@@ -21,7 +21,7 @@ from autotune.usecases._render import (
     study_table,
     trial_line,
 )
-from autotune.usecases._reporter import Reporter, Transcript
+from autotune.usecases._reporter import Reporter, Transcript, TwoStreams
 from autotune.usecases._run import RunOutcome, run
 
 __all__ = [
@@ -32,6 +32,7 @@ __all__ = [
     "Reporter",
     "RunOutcome",
     "Transcript",
+    "TwoStreams",
     "bench",
     "compare",
     "finish_night",

@@ -10,7 +10,7 @@ from typing import Protocol
 
 from rich.console import RenderableType
 
-__all__ = ["Reporter", "Transcript"]
+__all__ = ["Reporter", "Transcript", "TwoStreams"]
 
 
 class Reporter(Protocol):
@@ -40,13 +40,9 @@ class Reporter(Protocol):
         """The study's own log file, opened once the study's folder is known."""
 
 
-@dataclass
-class Transcript:
-    """A :class:`Reporter` that keeps what was said and shown (a caller without a console, a test)."""
-
-    said: list[RenderableType] = field(default_factory=list)
-    shown: list[RenderableType] = field(default_factory=list)
-    logs: list[Path] = field(default_factory=list)
+class TwoStreams:
+    """A :class:`Reporter` written once: ``say`` and ``show`` both go to :meth:`emit`, which names the
+    stream (``"say"`` or ``"show"``); a subclass writes :meth:`emit` and :meth:`log_to`."""
 
     def say(
         self,
@@ -56,7 +52,7 @@ class Transcript:
         markup: bool | None = None,
         soft_wrap: bool = False,
     ) -> None:
-        self.said.append(text)
+        self.emit("say", text, style=style, markup=markup, soft_wrap=soft_wrap)
 
     def show(
         self,
@@ -66,7 +62,29 @@ class Transcript:
         markup: bool | None = None,
         soft_wrap: bool = False,
     ) -> None:
-        self.shown.append(text)
+        self.emit("show", text, style=style, markup=markup, soft_wrap=soft_wrap)
+
+    def emit(
+        self, stream: str, text: RenderableType, *, style: str | None, markup: bool | None, soft_wrap: bool
+    ) -> None:
+        raise NotImplementedError
+
+    def log_to(self, path: Path) -> None:
+        raise NotImplementedError
+
+
+@dataclass
+class Transcript(TwoStreams):
+    """A :class:`Reporter` that keeps what was said and shown (a caller without a console, a test)."""
+
+    said: list[RenderableType] = field(default_factory=list)
+    shown: list[RenderableType] = field(default_factory=list)
+    logs: list[Path] = field(default_factory=list)
+
+    def emit(
+        self, stream: str, text: RenderableType, *, style: str | None, markup: bool | None, soft_wrap: bool
+    ) -> None:
+        (self.said if stream == "say" else self.shown).append(text)
 
     def log_to(self, path: Path) -> None:
         self.logs.append(path)

@@ -11,8 +11,7 @@ from typer.testing import CliRunner
 
 from autotune.cli import app
 from autotune.errors import AutotuneError
-from autotune.tiny_model import make_tiny_model
-from tests.conftest import REPO
+from tests.conftest import write_two_model_group
 
 SPLIT = re.compile(r"^# (.+?): split of 48 MiB of KV \(share.kv_cache_memory_bytes\): rag [0-9.]+ \((\d+) MiB\), "
                    r"chat [0-9.]+ \((\d+) MiB\); in all (\d+) MiB$", re.M)  # fmt: skip
@@ -29,15 +28,7 @@ def test_the_dry_run_of_a_group_shows_every_engine_checked_and_splits_within_the
     tmp_path: Path,
 ) -> None:
     pytest.importorskip("vllm")
-    l8, l2 = make_tiny_model(tmp_path / "l8", layers=8), make_tiny_model(tmp_path / "l2", layers=2)
-    path = tmp_path / "group.yaml"
-    path.write_text(f"""\
-models:
-  - {{name: rag, model: {l8}, workload: {REPO / "examples" / "rag.jsonl"}}}
-  - {{name: chat, model: {l2}, workload: {REPO / "examples" / "support_chat.jsonl"}}}
-share: {{kv_cache_memory_bytes: 48M}}
-engine_args: [--enforce-eager, --max-model-len=2048]
-""")
+    path = write_two_model_group(tmp_path)
     rc, out = _invoke(["run", "-f", str(path), "--dry-run", "--dry-run-samples", "3"])
     assert rc == 0, out
     splits = SPLIT.findall(out)
@@ -53,5 +44,6 @@ engine_args: [--enforce-eager, --max-model-len=2048]
     assert out.count("accepted by vLLM's parser") == 2 * 5 and "REJECTED" not in out
     commands = [line for line in out.splitlines() if "vllm.entrypoints.openai.api_server" in line]
     assert len(commands) == 10 and all(c.count("--kv-cache-memory-bytes") == 1 for c in commands)
+    l8, l2 = tmp_path / "l8", tmp_path / "l2"  # the group file's models
     assert sum(str(l8) in c for c in commands) == 5 and sum(str(l2) in c for c in commands) == 5
     assert "# prior split: rag: working set" in out

@@ -16,7 +16,14 @@ from autotune.cli import app
 from autotune.engine._argcheck import VllmArgChecker
 from autotune.errors import ConfigError
 from autotune.tiny_model import make_tiny_model
-from tests.conftest import FAKE_LAUNCHER, MARK_ENV, REPO, processes_marked, write_fake_space
+from tests.conftest import (
+    FAKE_LAUNCHER,
+    MARK_ENV,
+    REPO,
+    processes_marked,
+    write_fake_space,
+    write_two_model_group,
+)
 
 
 def test_a_group_study_runs_baseline_prior_and_sampled_trials(
@@ -94,15 +101,7 @@ def test_a_group_split_that_cannot_run_is_kept_as_optuna_keeps_a_trial_without_a
     """A split infeasible before launch: PRUNED with its constraint violated and its reason, no value
     (no sentinel), as TPE and optuna-dashboard read such a trial."""
     monkeypatch.setenv(MARK_ENV, mark)
-    l8, l2 = make_tiny_model(tmp_path / "l8", layers=8), make_tiny_model(tmp_path / "l2", layers=2)
-    path = tmp_path / "group.yaml"
-    path.write_text(f"""\
-models:
-  - {{name: rag, model: {l8}, workload: {REPO / "examples" / "rag.jsonl"}}}
-  - {{name: chat, model: {l2}, workload: {REPO / "examples" / "support_chat.jsonl"}}}
-share: {{kv_cache_memory_bytes: 48M}}
-engine_args: [--max-model-len=2048]
-""")
+    path = write_two_model_group(tmp_path, engine_args="--max-model-len=2048")
     studies = tmp_path / "studies"
     studies.mkdir()
     study = optuna.create_study(study_name="g", storage=f"sqlite:///{studies / 'g.db'}")

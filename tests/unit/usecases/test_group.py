@@ -11,21 +11,11 @@ import pytest
 from autotune import usecases
 from autotune.errors import EXIT_NO_BASELINE
 from autotune.studyfile import GroupFile, load_group_file
-from autotune.tiny_model import make_tiny_model
-from tests.conftest import REPO
+from tests.conftest import write_two_model_group
 
 
 def _group(tmp_path: Path, kv: str) -> GroupFile:
-    l8, l2 = make_tiny_model(tmp_path / "l8", layers=8), make_tiny_model(tmp_path / "l2", layers=2)
-    path = tmp_path / "group.yaml"
-    path.write_text(f"""\
-models:
-  - {{name: rag, model: {l8}, workload: {REPO / "examples" / "rag.jsonl"}}}
-  - {{name: chat, model: {l2}, workload: {REPO / "examples" / "support_chat.jsonl"}}}
-share: {{kv_cache_memory_bytes: {kv}}}
-engine_args: [--enforce-eager, --max-model-len=2048]
-""")
-    group = load_group_file(path)
+    group = load_group_file(write_two_model_group(tmp_path, kv))
     assert isinstance(group, GroupFile)
     return group
 
